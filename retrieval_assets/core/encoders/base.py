@@ -1,0 +1,49 @@
+"""Encoder ports: what the pipeline and the retriever need from a model."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from retrieval_assets.core.models import SparseVector
+
+# Called after each batch with (texts_done, texts_total), so Dagster logs and tqdm can both report.
+ProgressCallback = Callable[[int, int], None]
+
+
+class ModelLoadError(RuntimeError):
+    """A configured model could not be loaded; the message names it and how to provide it."""
+
+
+class DenseEncoder(ABC):
+    model_name: str
+    dim: int
+
+    @abstractmethod
+    def encode_documents(
+        self, texts: Sequence[str], progress: ProgressCallback | None = None
+    ) -> np.ndarray:
+        """L2-normalised float32 array of shape (len(texts), dim)."""
+
+    @abstractmethod
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Like encode_documents, with the model's query instruction applied."""
+
+
+class SparseEncoder(ABC):
+    model_name: str
+    vocab_size: int
+
+    @abstractmethod
+    def encode_documents(
+        self, texts: Sequence[str], progress: ProgressCallback | None = None
+    ) -> list[SparseVector]: ...
+
+    @abstractmethod
+    def encode_queries(self, texts: Sequence[str]) -> list[SparseVector]: ...
+
+    @abstractmethod
+    def id_to_term(self, term_id: int) -> str:
+        """Vocabulary term for a sparse dimension, for diagnostics and the vocabulary asset."""

@@ -1,0 +1,89 @@
+"""Structured metadata filters, pushed down into every backend.
+
+A filter spec is a mapping such as ``{"tenant_id": "acme", "license": ["MIT", "GPL-3.0"],
+"year": {"gte": 2019}}``: a scalar means equality, a list means "any of", and a dict
+with ``gte``/``lte`` means an inclusive numeric range. Every backend translates the same
+``MetadataFilter`` list into its native filter (Qdrant ``Filter``, tantivy boolean query,
+FAISS ``IDSelector``) so results are filtered before top-k, never after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, model_validator
+
+Scalar = str | int | float | bool
+
+
+class FilterError(ValueError):
+    """A filter spec that cannot be understood."""
+
+
+class MetadataFilter(BaseModel):
+    field: str
+    any_of: list[Scalar] | None = None
+    gte: float | None = None
+    lte: float | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> MetadataFilter:
+        is_set = self.any_of is not None
+        is_range = self.gte is not None or self.lte is not None
+        if is_set == is_range:
+            raise FilterError(f"filter on {self.field!r} needs either values or a gte/lte range")
+        if is_set and not self.any_of:
+            raise FilterError(f"filter on {self.field!r} has an empty value list")
+        return self
+
+    def matches(self, payload: Mapping[str, Any]) -> bool:
+        """In-memory evaluation, for stores without native filtering (FAISS id selection)."""
+        value = payload.get(self.field)
+        if value is None:
+            return False
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if self.any_of is not None:
+            wanted = {str(v) for v in self.any_of}
+            return any(str(v) in wanted for v in values)
+        for v in values:
+            try:
+                number = float(v)
+            except (TypeError, ValueError):
+                continue
+            if (self.gte is None or number >= self.gte) and (self.lte is None or number <= self.lte):
+                return True
+        return False
+
+
+def parse_filters(spec: Mapping[str, Any] | Sequence[MetadataFilter] | None) -> list[MetadataFilter]:
+    """Turn a user-facing filter mapping into ``MetadataFilter`` objects, with clear errors."""
+    if spec is None:
+        return []
+    if isinstance(spec, Sequence) and not isinstance(spec, (str, bytes)):
+        return list(spec)
+    if not isinstance(spec, Mapping):
+        raise FilterError(f"filters must be a mapping of field to value, got {type(spec).__name__}")
+    filters = []
+    for field, value in spec.items():
+        if not isinstance(field, str) or not field:
+            raise FilterError(f"filter field names must be non-empty strings, got {field!r}")
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"gte", "lte"}
+            if unknown:
+                raise FilterError(f"filter on {field!r}: unknown range keys {sorted(unknown)}; use gte/lte")
+            try:
+                filters.append(MetadataFilter(field=field, gte=value.get("gte"), lte=value.get("lte")))
+            except (ValueError, TypeError) as exc:
+                raise FilterError(f"filter on {field!r}: {exc}") from exc
+        elif isinstance(value, (list, tuple, set)):
+            filters.append(MetadataFilter(field=field, any_of=list(value)))
+        elif isinstance(value, (str, int, float, bool)):
+            filters.append(MetadataFilter(field=field, any_of=[value]))
+        else:
+            raise FilterError(f"filter on {field!r}: unsupported value {value!r}")
+    return filters
+
+
+def matches_all(payload: Mapping[str, Any], filters: Sequence[MetadataFilter]) -> bool:
+    return all(f.matches(payload) for f in filters)

@@ -1,0 +1,99 @@
+"""Domain records shared by every stage of the pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Scalar metadata values that every backend can filter on.
+MetadataValue = str | int | float | bool | list[str]
+
+
+class Document(BaseModel):
+    """One cleaned catalog record (a tool, a paper, an abstract)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    doc_id: str
+    title: str = ""
+    text: str
+    tenant_id: str = "default"
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+
+
+class QuarantineRecord(BaseModel):
+    """A raw row that could not be turned into a Document, kept with why."""
+
+    source: str
+    line_number: int | None = None
+    doc_id: str | None = None
+    reason: str
+    detail: str = ""
+    raw: str = ""
+
+
+class Chunk(BaseModel):
+    """A retrievable unit of a document; ``chunk_id`` is deterministic: ``{doc_id}#{ordinal}``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+    tenant_id: str = "default"
+    section: str = "body"
+    title: str = ""
+    text: str
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+
+    @staticmethod
+    def make_id(doc_id: str, ordinal: int) -> str:
+        return f"{doc_id}#{ordinal}"
+
+
+class SparseVector(BaseModel):
+    """Term-id -> weight pairs from a learned sparse encoder (SPLADE)."""
+
+    indices: list[int]
+    values: list[float]
+
+
+class StoreHit(BaseModel):
+    """What an index store returns: a chunk id, its score and the stored payload."""
+
+    chunk_id: str
+    score: float
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class StrategyScore(BaseModel):
+    """One retrieval strategy's view of a hit."""
+
+    score: float
+    rank: int
+
+
+class ScoredHit(BaseModel):
+    """A fused result with its provenance."""
+
+    doc_id: str
+    chunk_id: str
+    text: str
+    title: str = ""
+    section: str = "body"
+    tenant_id: str = "default"
+    score: float
+    strategy_scores: dict[str, StrategyScore] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class RetrievalResult(BaseModel):
+    """The answer to one query, with what produced it."""
+
+    query: str
+    hits: list[ScoredHit]
+    strategies: list[str]
+    fusion: str
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    diagnostics: dict[str, Any] = Field(default_factory=dict)
