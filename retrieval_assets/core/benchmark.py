@@ -1,0 +1,124 @@
+"""Build any BEIR directory in a scratch location and evaluate each retrieval configuration.
+
+It uses exactly the pipeline steps the Dagster assets use, so its figures describe the product.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retrieval_assets.core import pipeline
+from retrieval_assets.core.catalog import CatalogSource, GoldSet, load_gold
+from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
+from retrieval_assets.core.evaluation import EvaluationReport, evaluate, latency_percentiles
+from retrieval_assets.core.retrieval.retriever import HybridRetriever
+from retrieval_assets.core.search import open_retriever
+from retrieval_assets.core.settings import PipelineSettings
+from retrieval_assets.core.tables import chunks_to_frame
+
+# Configuration name -> strategies fused. Later configurations are added here, the JSON shape stays.
+CONFIGURATIONS: dict[str, tuple[str, ...]] = {
+    "bm25": ("bm25",),
+    "dense": ("dense",),
+    "splade": ("splade",),
+    "hybrid": ("bm25", "splade", "dense"),
+}
+DEFAULT_CONFIGURATION = "hybrid"
+EVAL_DEPTH = 100  # deep enough for recall@100
+
+# (stage label) -> progress callback; lets the CLI show tqdm bars and Dagster write log lines.
+ProgressFactory = Callable[[str], ProgressCallback | None]
+
+
+def evaluate_configurations(
+    retriever: HybridRetriever,
+    gold: GoldSet,
+    configurations: Mapping[str, tuple[str, ...]] = CONFIGURATIONS,
+    progress: ProgressFactory = lambda _: None,
+) -> dict[str, EvaluationReport]:
+    reports = {}
+    for name, strategies in configurations.items():
+        def search(query: str, strategies: tuple[str, ...] = strategies) -> list[str]:
+            return [hit.doc_id for hit in retriever.search(query, top_k=EVAL_DEPTH, strategies=strategies).hits]
+
+        reports[name] = evaluate(search, gold.queries, gold.qrels, progress=progress(f"eval {name}"))
+    return reports
+
+
+def query_encoding_p95_ms(encoder: DenseEncoder, queries: Mapping[str, str]) -> float:
+    """Dense query encoding alone, one query at a time: the floor end-to-end latency is judged against."""
+    latencies = []
+    for text in queries.values():
+        started = time.perf_counter()
+        encoder.encode_queries([text])
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latency_percentiles(latencies)["p95_ms"]
+
+
+def run_benchmark(
+    dataset: Path,
+    workdir: Path,
+    dense_encoder: DenseEncoder,
+    sparse_encoder: SparseEncoder,
+    settings: PipelineSettings,
+    progress: ProgressFactory = lambda _: None,
+) -> dict[str, Any]:
+    source = CatalogSource(format="beir", path=str(dataset))
+    gold = load_gold(dataset)
+    layout = pipeline.IndexLayout(workdir / "indexes")
+
+    started = time.perf_counter()
+    cleaned = pipeline.clean_catalog(pipeline.read_raw_catalog(source), source)
+    chunks = pipeline.chunk_documents(cleaned.documents, settings.chunking)
+    chunk_frame = chunks_to_frame(chunks)
+    dense = pipeline.embed_dense(chunks, dense_encoder, progress("dense"))
+    sparse = pipeline.embed_sparse(chunks, sparse_encoder, progress("sparse"))
+    for store in (
+        pipeline.build_faiss_index(layout.faiss, chunk_frame, dense, dense_encoder.model_name),
+        pipeline.build_qdrant_index(
+            layout.qdrant, chunk_frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name
+        ),
+        pipeline.build_lexical_index(layout.lexical, chunk_frame),
+    ):
+        store.close()
+    build_seconds = time.perf_counter() - started
+
+    retriever = open_retriever(
+        layout, dense_encoder=dense_encoder, sparse_encoder=sparse_encoder, settings=settings.retrieval
+    )
+    try:
+        encode_p95 = query_encoding_p95_ms(dense_encoder, gold.queries)
+        reports = evaluate_configurations(retriever, gold, progress=progress)
+    finally:
+        retriever.close()
+    return {
+        "dataset": dataset.name,
+        "docs": len(cleaned.documents),
+        "queries": len(gold.queries),
+        "build_seconds": round(build_seconds, 2),
+        "encode_query_p95_ms": round(encode_p95, 2),
+        "runs": {name: summarize(report) for name, report in reports.items()},
+        "default": DEFAULT_CONFIGURATION,
+    }
+
+
+def summarize(report: EvaluationReport) -> dict[str, float]:
+    m = report.metrics
+    return {
+        "ndcg@10": round(m["ndcg@10"], 4),
+        "recall@100": round(m["recall@100"], 4),
+        "mrr@10": round(m["mrr@10"], 4),
+        "p50_ms": round(m["p50_ms"], 2),
+        "p95_ms": round(m["p95_ms"], 2),
+    }
+
+
+def ndcg_histogram(report: EvaluationReport, bins: int = 5) -> list[tuple[str, int]]:
+    """Per-query nDCG@10 counted in equal-width bins, for a quick look at the score distribution."""
+    counts, edges = np.histogram([q.ndcg_at_10 for q in report.per_query], bins=bins, range=(0.0, 1.0))
+    return [(f"{edges[i]:.1f}-{edges[i + 1]:.1f}", int(c)) for i, c in enumerate(counts)]

@@ -1,0 +1,118 @@
+"""The build steps, shared by the Dagster assets and the bench command.
+
+Each step is a plain function over tables so that any asset can be re-materialized alone
+from the Parquet output of the one before it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from retrieval_assets.core.catalog import CatalogSource, load_raw_rows
+from retrieval_assets.core.chunking import make_chunker
+from retrieval_assets.core.cleaning import CleaningResult, clean_rows
+from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
+from retrieval_assets.core.models import Chunk, Document
+from retrieval_assets.core.settings import ChunkingSettings
+from retrieval_assets.core.stores.base import Payload, infer_field_types
+from retrieval_assets.core.stores.faiss_store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets.core.tables import chunk_payloads, frame_to_raw_rows, raw_rows_to_frame
+from retrieval_assets.core.vectors import dense_matrix, dense_to_frame, sparse_to_frame, sparse_vectors
+
+
+@dataclass(frozen=True)
+class IndexLayout:
+    """Where the embedded indexes of one build live."""
+
+    root: Path
+
+    @property
+    def faiss(self) -> Path:
+        return self.root / "faiss"
+
+    @property
+    def qdrant(self) -> Path:
+        return self.root / "qdrant"
+
+    @property
+    def lexical(self) -> Path:
+        return self.root / "tantivy"
+
+
+def read_raw_catalog(source: CatalogSource) -> pd.DataFrame:
+    return raw_rows_to_frame(load_raw_rows(source))
+
+
+def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
+    return clean_rows(frame_to_raw_rows(raw), source.format, source.tenant_id)
+
+
+def chunk_documents(documents: Sequence[Document], settings: ChunkingSettings) -> list[Chunk]:
+    chunker = make_chunker(settings.kind, settings.window_words, settings.overlap_words)
+    return [chunk for doc in documents for chunk in chunker.chunk(doc)]
+
+
+def embed_dense(
+    chunks: Sequence[Chunk], encoder: DenseEncoder, progress: ProgressCallback | None = None
+) -> pd.DataFrame:
+    vectors = encoder.encode_documents([c.embedding_text for c in chunks], progress=progress)
+    return dense_to_frame([c.chunk_id for c in chunks], np.asarray(vectors))
+
+
+def embed_sparse(
+    chunks: Sequence[Chunk], encoder: SparseEncoder, progress: ProgressCallback | None = None
+) -> pd.DataFrame:
+    vectors = encoder.encode_documents([c.embedding_text for c in chunks], progress=progress)
+    return sparse_to_frame([c.chunk_id for c in chunks], vectors)
+
+
+def _write_manifest(path: Path, **facts: object) -> None:
+    (path / "build.json").write_text(json.dumps(facts, indent=2, sort_keys=True))
+
+
+def build_faiss_index(path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, model_name: str) -> FaissDenseStore:
+    payloads = chunk_payloads(chunks)
+    matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
+    store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
+    store.upsert_dense(payloads, matrix)
+    _write_manifest(path, dense_model=model_name, dim=int(matrix.shape[1]), count=store.count())
+    return store
+
+
+def build_qdrant_index(
+    path: Path,
+    chunks: pd.DataFrame,
+    dense: pd.DataFrame,
+    sparse: pd.DataFrame,
+    dense_model: str,
+    sparse_model: str,
+) -> QdrantEdgeStore:
+    payloads = chunk_payloads(chunks)
+    ids = [p["chunk_id"] for p in payloads]
+    matrix = dense_matrix(dense, ids)
+    store = QdrantEdgeStore.create(
+        path, dim=matrix.shape[1], field_types=infer_field_types(payloads), overwrite=True
+    )
+    store.upsert_dense_and_sparse(payloads, matrix, sparse_vectors(sparse, ids))
+    store.finalize()
+    _write_manifest(
+        path, dense_model=dense_model, sparse_model=sparse_model, dim=int(matrix.shape[1]), count=store.count()
+    )
+    return store
+
+
+def build_lexical_index(path: Path, chunks: pd.DataFrame) -> TantivyLexicalStore:
+    payloads: list[Payload] = chunk_payloads(chunks)
+    store = TantivyLexicalStore.create(path, field_types=infer_field_types(payloads), overwrite=True)
+    store.add(payloads)
+    store.finalize()
+    _write_manifest(path, count=store.count())
+    return store

@@ -1,0 +1,77 @@
+"""Query-expansion vocabulary: terms from names, descriptions and keywords, with embeddings."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback
+from retrieval_assets.core.models import Chunk
+from retrieval_assets.core.settings import VocabularySettings
+
+VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "embedding"]
+
+_WORD = re.compile(r"[a-z][a-z0-9]*(?:[-'][a-z0-9]+)*")
+# Function words carry no expansion signal; a short fixed list keeps the vocabulary model-free.
+_STOPWORDS = frozenset(
+    """a about above after again against all also an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had has
+    have having here how however i if in into is it its itself just may might more most much must no nor
+    not now of off on once only or other our out over own same shall should since so some such than that
+    the their them then there these they this those through thus to too under until up upon use used using
+    very via was we were what when where which while who whom why will with within without would yet you
+    your""".split()
+)
+_MIN_TERM_CHARS = 3
+
+
+def words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if len(w) >= _MIN_TERM_CHARS and w not in _STOPWORDS]
+
+
+def _terms_by_source(chunk: Chunk) -> Iterable[tuple[str, str]]:
+    for word in words(chunk.title):
+        yield word, "name"
+    for word in words(chunk.text):
+        yield word, "description"
+    keywords = chunk.metadata.get("keywords", [])
+    for keyword in keywords if isinstance(keywords, list) else [keywords]:
+        phrase = " ".join(str(keyword).lower().split())
+        if phrase:
+            yield phrase, "keyword"
+
+
+def collect_terms(chunks: Iterable[Chunk], settings: VocabularySettings) -> pd.DataFrame:
+    """Terms with their document frequency and where they came from, most frequent first."""
+    doc_terms: dict[str, set[str]] = defaultdict(set)
+    sources: dict[str, set[str]] = defaultdict(set)
+    for chunk in chunks:
+        for term, source in _terms_by_source(chunk):
+            doc_terms[chunk.doc_id].add(term)
+            sources[term].add(source)
+    doc_freq = Counter(term for terms in doc_terms.values() for term in terms)
+    kept = sorted(
+        (t for t, df in doc_freq.items() if df >= settings.min_doc_freq), key=lambda t: (-doc_freq[t], t)
+    )[: settings.max_terms]
+    return pd.DataFrame(
+        {
+            "term": kept,
+            "doc_freq": [doc_freq[t] for t in kept],
+            "sources": [sorted(sources[t]) for t in kept],
+        }
+    )
+
+
+def build_vocabulary(
+    chunks: Sequence[Chunk],
+    encoder: DenseEncoder,
+    settings: VocabularySettings,
+    progress: ProgressCallback | None = None,
+) -> pd.DataFrame:
+    terms = collect_terms(chunks, settings)
+    vectors = encoder.encode_documents(terms["term"].tolist(), progress=progress) if len(terms) else []
+    terms["embedding"] = list(vectors)
+    return terms[VOCABULARY_COLUMNS]

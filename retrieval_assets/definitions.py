@@ -1,0 +1,48 @@
+"""The Dagster code location: every asset, check, resource, job and schedule, assembled once."""
+
+from __future__ import annotations
+
+import os
+
+from dagster import Definitions, EnvVar, load_assets_from_modules
+
+from retrieval_assets.orchestration.assets import embeddings, evaluation, indexes, ingestion
+from retrieval_assets.orchestration.io_manager import ParquetIOManager
+from retrieval_assets.orchestration.jobs import evaluation_job, index_build_job, nightly_index_build
+from retrieval_assets.orchestration.resources import (
+    CatalogResource,
+    ChunkingResource,
+    IndexStorageResource,
+    ModelResource,
+    SearchResource,
+)
+
+
+def _env_or_none(name: str) -> EnvVar | None:
+    """Server settings and secrets come from the environment, and only when set."""
+    return EnvVar(name) if os.environ.get(name) else None
+
+
+def build_resources() -> dict[str, object]:
+    storage = IndexStorageResource(
+        qdrant_url=_env_or_none("QDRANT_URL"),
+        qdrant_api_key=_env_or_none("QDRANT_API_KEY"),
+        opensearch_url=_env_or_none("OPENSEARCH_URL"),
+    )
+    models = ModelResource()
+    return {
+        "catalog": CatalogResource(),
+        "chunking": ChunkingResource(),
+        "models": models,
+        "storage": storage,
+        "search": SearchResource(storage=storage, models=models),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
+    }
+
+
+defs = Definitions(
+    assets=load_assets_from_modules([ingestion, embeddings, indexes, evaluation]),
+    jobs=[index_build_job, evaluation_job],
+    schedules=[nightly_index_build],
+    resources=build_resources(),
+)
