@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, ValidationError, model_validator
 
 Scalar = str | int | float | bool
 
@@ -32,9 +32,9 @@ class MetadataFilter(BaseModel):
         is_set = self.any_of is not None
         is_range = self.gte is not None or self.lte is not None
         if is_set == is_range:
-            raise FilterError(f"filter on {self.field!r} needs either values or a gte/lte range")
+            raise FilterError("needs either values or a gte/lte range")
         if is_set and not self.any_of:
-            raise FilterError(f"filter on {self.field!r} has an empty value list")
+            raise FilterError("the value list is empty")
         return self
 
     def matches(self, payload: Mapping[str, Any]) -> bool:
@@ -72,17 +72,22 @@ def parse_filters(spec: Mapping[str, Any] | Sequence[MetadataFilter] | None) -> 
             unknown = set(value) - {"gte", "lte"}
             if unknown:
                 raise FilterError(f"filter on {field!r}: unknown range keys {sorted(unknown)}; use gte/lte")
-            try:
-                filters.append(MetadataFilter(field=field, gte=value.get("gte"), lte=value.get("lte")))
-            except (ValueError, TypeError) as exc:
-                raise FilterError(f"filter on {field!r}: {exc}") from exc
+            filters.append(_make_filter(field, gte=value.get("gte"), lte=value.get("lte")))
         elif isinstance(value, (list, tuple, set)):
-            filters.append(MetadataFilter(field=field, any_of=list(value)))
+            filters.append(_make_filter(field, any_of=list(value)))
         elif isinstance(value, (str, int, float, bool)):
-            filters.append(MetadataFilter(field=field, any_of=[value]))
+            filters.append(_make_filter(field, any_of=[value]))
         else:
             raise FilterError(f"filter on {field!r}: unsupported value {value!r}")
     return filters
+
+
+def _make_filter(field: str, **spec: Any) -> MetadataFilter:
+    try:
+        return MetadataFilter(field=field, **spec)
+    except ValidationError as exc:
+        reasons = "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
+        raise FilterError(f"filter on {field!r}: {reasons}") from None
 
 
 def matches_all(payload: Mapping[str, Any], filters: Sequence[MetadataFilter]) -> bool:

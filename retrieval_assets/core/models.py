@@ -51,6 +51,11 @@ class Chunk(BaseModel):
     def make_id(doc_id: str, ordinal: int) -> str:
         return f"{doc_id}#{ordinal}"
 
+    @property
+    def embedding_text(self) -> str:
+        """What encoders see: the title gives every chunk of a document its topic."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
 
 class SparseVector(BaseModel):
     """Term-id -> weight pairs from a learned sparse encoder (SPLADE)."""

