@@ -1,9 +1,9 @@
 """Loading raw catalog rows and BEIR gold sets from disk.
 
 Readers stream files line by line in binary so that one bad byte sequence or one
-malformed line never stops a load: every non-empty input line becomes a ``RawRow`` and
-cleaning (``retrieval_assets.core.cleaning``) decides whether it is kept or quarantined.
-Blank lines are yielded too, so the invariant ``lines in == kept + quarantined`` holds.
+malformed line never stops a load: every input line, blank ones included, becomes a
+``RawRow`` and cleaning (``retrieval_assets.core.cleaning``) decides whether it is kept or
+quarantined, so ``lines in == kept + quarantined`` holds.
 """
 
 from __future__ import annotations
@@ -144,5 +144,7 @@ def load_gold(beir_dir: str | Path, split: str = "test") -> GoldSet:
 
     missing = [qid for qid in qrels if qid not in texts]
     if missing:
-        raise CatalogError(f"{qrels_path}: {len(missing)} judged queries missing from queries.jsonl, e.g. {missing[:5]}")
+        raise CatalogError(
+            f"{qrels_path}: {len(missing)} judged queries missing from queries.jsonl, e.g. {missing[:5]}"
+        )
     return GoldSet(queries={qid: texts[qid] for qid in qrels}, qrels=qrels)

@@ -104,8 +104,15 @@ def _known_latex_macros() -> frozenset[str]:
 
 @cache
 def _latex_converter() -> LatexNodes2Text:
-    # "based-on-source" keeps the spaces the author typed ("\alpha helix" -> "α helix").
-    return LatexNodes2Text(strict_latex_spaces="based-on-source")
+    # Keep the spaces the author typed, after bare macros ("\alpha helix" -> "α helix") and
+    # between constructs ("\emph{a} \emph{b}" -> "a b"); strict LaTeX would drop both.
+    spaces = {
+        "between-macro-and-chars": False,
+        "between-latex-constructs": True,
+        "after-comment": False,
+        "in-equations": None,
+    }
+    return LatexNodes2Text(strict_latex_spaces=spaces)
 
 
 def _looks_like_latex(text: str) -> bool:
@@ -190,7 +197,8 @@ def _parse_id(record: dict[str, Any], key: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise _Rejected(QuarantineReason.MISSING_ID, f"field {key!r} is missing or empty")
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string or integer, got {type(value).__name__}")
+        found = type(value).__name__
+        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string or integer, got {found}")
     return str(value).strip()
 
 
@@ -209,7 +217,8 @@ def _optional_object(record: dict[str, Any], key: str, doc_id: str) -> dict[str,
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be an object, got {type(value).__name__}", doc_id)
+        found = type(value).__name__
+        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be an object, got {found}", doc_id)
     return value
 
 
@@ -238,7 +247,8 @@ def _put_metadata(flat: dict[str, MetadataValue], key: str, value: MetadataValue
     if key in _RESERVED_KEYS or key.startswith(_RELATIONS_PREFIX):
         key = f"meta_{key}"
     if key in flat:
-        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata key {key!r} occurs twice after flattening", doc_id)
+        detail = f"metadata key {key!r} occurs twice after flattening"
+        raise _Rejected(QuarantineReason.INVALID_METADATA, detail, doc_id)
     flat[key] = value
 
 
@@ -293,9 +303,8 @@ _PARSERS = {"beir": _parse_beir, "tool_catalog": _parse_tool}
 def _to_document(parsed: _Parsed, fmt: CatalogFormat, max_text_chars: int) -> Document:
     if len(parsed.body) > max_text_chars:
         # Checked before cleaning so a pathological row costs nothing to reject.
-        raise _Rejected(
-            QuarantineReason.TEXT_TOO_LONG, f"text has {len(parsed.body):,} chars, limit {max_text_chars:,}", parsed.doc_id
-        )
+        detail = f"text has {len(parsed.body):,} chars, limit {max_text_chars:,}"
+        raise _Rejected(QuarantineReason.TEXT_TOO_LONG, detail, parsed.doc_id)
     title = clean_text(parsed.title)
     body = clean_text(parsed.body)
     if not body and (fmt == "tool_catalog" or not title):

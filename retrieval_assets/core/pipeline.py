@@ -83,6 +83,7 @@ def build_faiss_index(path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, mod
     matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
     store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
     store.upsert_dense(payloads, matrix)
+    store.finalize()
     _write_manifest(path, dense_model=model_name, dim=int(matrix.shape[1]), count=store.count())
     return store
 
@@ -101,7 +102,7 @@ def build_qdrant_index(
     store = QdrantEdgeStore.create(
         path, dim=matrix.shape[1], field_types=infer_field_types(payloads), overwrite=True
     )
-    store.upsert_dense_and_sparse(payloads, matrix, sparse_vectors(sparse, ids))
+    store.upsert(payloads, dense=matrix, sparse=sparse_vectors(sparse, ids))
     store.finalize()
     _write_manifest(
         path, dense_model=dense_model, sparse_model=sparse_model, dim=int(matrix.shape[1]), count=store.count()

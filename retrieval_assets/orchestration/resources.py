@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 from retrieval_assets.core.catalog import CatalogSource, GoldSet, load_gold
@@ -124,6 +124,15 @@ class SearchResource(ConfigurableResource):
                 opensearch_url=self.storage.opensearch_url,
             )
         return self._retriever
+
+    def close(self) -> None:
+        if self._retriever is not None:
+            self._retriever.close()
+            self._retriever = None
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        # The embedded Qdrant shard allows one open handle per process: release it after each run.
+        self.close()
 
     def search(
         self,

@@ -29,6 +29,7 @@ class HybridRetriever:
         settings: RetrievalSettings | None = None,
     ) -> None:
         self.settings = settings or RetrievalSettings()
+        self._stores = [s for s in {id(x): x for x in (dense_store, sparse_store, lexical_store) if x}.values()]
         self._searchers: dict[str, Callable[[str, int, list[MetadataFilter]], list[StoreHit]]] = {}
         if lexical_store is not None:
             self._searchers["bm25"] = lexical_store.search_text
@@ -113,7 +114,9 @@ class HybridRetriever:
         return [_to_scored_hit(best_hit[item][1], score, provenance[item]) for item, score in fused]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for store in self._stores:
+            store.close()
 
 
 def _timed(fn: Callable[..., list[StoreHit]], *args: Any) -> tuple[list[StoreHit], float]:

@@ -123,7 +123,7 @@ def as_vector_matrix(vectors: np.ndarray, dim: int, rows: int) -> np.ndarray:
     """C-contiguous float32 matrix of shape (rows, dim), or a ValueError naming the mismatch."""
     matrix = np.ascontiguousarray(vectors, dtype=np.float32)
     if matrix.ndim != 2 or matrix.shape[1] != dim:
-        raise ValueError(f"expected vectors of shape (n, {dim}), got {matrix.shape}")
+        raise ValueError(f"expected vectors of dimension {dim}, shape (n, {dim}); got shape {matrix.shape}")
     if matrix.shape[0] != rows:
         raise ValueError(f"got {matrix.shape[0]} vectors for {rows} payloads")
     return matrix

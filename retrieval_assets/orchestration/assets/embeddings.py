@@ -1,6 +1,5 @@
 """chunks -> dense_embeddings, sparse_embeddings and the query-expansion vocabulary."""
 
-from __future__ import annotations
 
 import numpy as np
 import pandas as pd
@@ -22,7 +21,7 @@ class VocabularyConfig(Config):
 
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
-def dense_embeddings(context: AssetExecutionContext, models: ModelResource, chunks: pd.DataFrame) -> MaterializeResult:
+def dense_embeddings(context: AssetExecutionContext, models: ModelResource, chunks: pd.DataFrame) -> MaterializeResult[pd.DataFrame]:
     """One L2-normalised vector per chunk from the configured dense encoder (GPU when present)."""
     encoder = models.dense_encoder()
     with stopwatch() as timer:
@@ -40,7 +39,7 @@ def dense_embeddings(context: AssetExecutionContext, models: ModelResource, chun
 
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
-def sparse_embeddings(context: AssetExecutionContext, models: ModelResource, chunks: pd.DataFrame) -> MaterializeResult:
+def sparse_embeddings(context: AssetExecutionContext, models: ModelResource, chunks: pd.DataFrame) -> MaterializeResult[pd.DataFrame]:
     """SPLADE term weights per chunk, for learned-sparse retrieval."""
     encoder = models.sparse_encoder()
     with stopwatch() as timer:
@@ -62,7 +61,7 @@ def sparse_embeddings(context: AssetExecutionContext, models: ModelResource, chu
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
 def vocabulary(
     context: AssetExecutionContext, config: VocabularyConfig, models: ModelResource, chunks: pd.DataFrame
-) -> MaterializeResult:
+) -> MaterializeResult[pd.DataFrame]:
     """Terms from names, descriptions and keywords with their embeddings, for query expansion."""
     encoder = models.dense_encoder()
     with stopwatch() as timer:

@@ -1,6 +1,5 @@
 """Evaluation of the current indexes against the catalog's gold queries."""
 
-from __future__ import annotations
 
 import json
 

@@ -1,6 +1,5 @@
 """Embedded FAISS, Qdrant and tantivy indexes over the chunks and their embeddings."""
 
-from __future__ import annotations
 
 from datetime import timedelta
 
