@@ -172,10 +172,33 @@ class SlidingWindowChunker(WindowedChunker):
 
 
 class SectionAwareChunker(WindowedChunker):
-    """Word windows within IMRaD sections and structured-abstract parts."""
+    """Word windows within IMRaD sections and structured-abstract parts.
+
+    Adjacent sections are packed together while they fit one window, so a short structured
+    abstract stays one chunk (a 10-word "BACKGROUND" chunk retrieves poorly on its own) and
+    chunk boundaries fall on section boundaries only where the text must be split anyway.
+    A packed run is named after the section holding most of its words.
+    """
 
     def sections(self, text: str) -> list[tuple[str, str]]:
-        return split_sections(text)
+        packed: list[list[tuple[str, str]]] = []
+        packed_words = 0
+        for section, body in split_sections(text):
+            words = len(body.split())
+            if packed and packed_words + words <= self.window_words:
+                packed[-1].append((section, body))
+                packed_words += words
+            else:
+                packed.append([(section, body)])
+                packed_words = words
+        return [(_dominant_section(run), "\n".join(body for _, body in run)) for run in packed]
+
+
+def _dominant_section(run: list[tuple[str, str]]) -> str:
+    words: dict[str, int] = {}
+    for section, body in run:
+        words[section] = words.get(section, 0) + len(body.split())
+    return max(words, key=lambda section: words[section])  # ties: the earlier section
 
 
 def make_chunker(kind: ChunkerKind, window_words: int = 256, overlap_words: int = 32) -> Chunker:

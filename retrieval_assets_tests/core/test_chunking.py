@@ -114,7 +114,8 @@ def test_imrad_heading_lines() -> None:
         "background",
         "other",
     ]
-    chunks = SectionAwareChunker(window_words=256, overlap_words=32).chunk(_doc(PAPER))
+    # A window of 6 words cannot pack two sections: chunk boundaries fall on the headings.
+    chunks = SectionAwareChunker(window_words=6, overlap_words=0).chunk(_doc(PAPER))
     assert [(c.ordinal, c.section, c.text) for c in chunks[:3]] == [
         (0, "body", "A preamble line before any heading."),
         (1, "abstract", "Abstract We study things."),
@@ -122,6 +123,15 @@ def test_imrad_heading_lines() -> None:
     ]
     # Every word of the document lands in exactly one chunk (no overlap needed here).
     assert " ".join(c.text for c in chunks).split() == PAPER.split()
+
+
+def test_short_sections_are_packed_into_one_window() -> None:
+    chunks = SectionAwareChunker(window_words=256, overlap_words=32).chunk(_doc(PAPER))
+    assert len(chunks) == 1 and chunks[0].text.split() == PAPER.split()
+    packed = SectionAwareChunker(window_words=12, overlap_words=0).chunk(_doc(PAPER))
+    # Packed runs are named after the section with most words ("abstract" joins the preamble's run).
+    assert [c.section for c in packed] == ["body", "methods", "discussion", "background"]
+    assert " ".join(c.text for c in packed).split() == PAPER.split()
 
 
 def test_structured_abstract_labels() -> None:
