@@ -23,21 +23,40 @@ GROUP = "indexes"
 NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(hours=50), warn_window=timedelta(hours=26))
 
 
-def _index_checks(asset_name: str) -> list[AssetCheckSpec]:
-    return [
+def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
+    specs = [
         AssetCheckSpec("vector_count_matches_chunks", asset=asset_name, blocking=True),
         AssetCheckSpec("chunk_ids_match_chunks", asset=asset_name, blocking=True),
     ]
+    if dense:
+        specs.append(AssetCheckSpec("dimension_matches_model", asset=asset_name, blocking=True))
+    return specs
 
 
 def _index_result(
-    store: IndexStore, chunks: pd.DataFrame, seconds: float, **metadata: object
+    store: IndexStore,
+    chunks: pd.DataFrame,
+    seconds: float,
+    model_dim: int | None = None,
+    **metadata: object,
 ) -> MaterializeResult:
     count = store.count()
     stored, expected = store.chunk_ids(), set(chunks["chunk_id"])
+    dimension_check = (
+        []
+        if model_dim is None
+        else [
+            AssetCheckResult(
+                check_name="dimension_matches_model",
+                passed=store.dim == model_dim,
+                metadata={"index_dim": store.dim, "model_dim": model_dim},
+            )
+        ]
+    )
     result = MaterializeResult(
         metadata={"backend": store.backend, "points": count, "seconds": seconds, **metadata},
         check_results=[
+            *dimension_check,
             AssetCheckResult(
                 check_name="vector_count_matches_chunks",
                 passed=count == len(chunks),
@@ -67,7 +86,9 @@ def faiss_index(
     with stopwatch() as timer:
         store = pipeline.build_faiss_index(path, chunks, dense_embeddings, models.dense_model)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
-    return _index_result(store, chunks, timer["seconds"], path=str(path), model=models.dense_model)
+    return _index_result(
+        store, chunks, timer["seconds"], models.dense_encoder().dim, path=str(path), model=models.dense_model
+    )
 
 
 @asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("qdrant_index"))
@@ -87,11 +108,17 @@ def qdrant_index(
         )
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
-        store, chunks, timer["seconds"], path=str(path), dense_model=models.dense_model, sparse_model=models.sparse_model
+        store,
+        chunks,
+        timer["seconds"],
+        models.dense_encoder().dim,
+        path=str(path),
+        dense_model=models.dense_model,
+        sparse_model=models.sparse_model,
     )
 
 
-@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("lexical_index"))
+@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("lexical_index", dense=False))
 def lexical_index(
     context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame
 ) -> MaterializeResult:
