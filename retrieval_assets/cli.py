@@ -78,8 +78,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from retrieval_assets.core.benchmark import run_benchmark
-    from retrieval_assets.core.encoders.dense import load_dense_encoder
-    from retrieval_assets.core.encoders.sparse import load_sparse_encoder
+    from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
     from retrieval_assets.core.settings import PipelineSettings
 
     dataset = Path(args.dataset)
@@ -87,9 +86,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"{dataset} is not a BEIR directory (no corpus.jsonl)", file=sys.stderr)
         return 2
     settings = PipelineSettings()
-    m = settings.models
-    dense = load_dense_encoder(m.dense_model, device=m.device, batch_size=m.batch_size, max_length=m.max_length)
-    sparse = load_sparse_encoder(m.sparse_model, device=m.device, batch_size=m.batch_size, max_length=m.max_length)
+    dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="retrieval-bench-"))
     try:
         figures = run_benchmark(dataset, workdir, dense, sparse, settings, progress=_tqdm_progress)

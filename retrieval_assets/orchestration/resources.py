@@ -11,8 +11,7 @@ from pydantic import PrivateAttr
 
 from retrieval_assets.core.catalog import CatalogSource, GoldSet, load_gold
 from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
-from retrieval_assets.core.encoders.dense import load_dense_encoder
-from retrieval_assets.core.encoders.sparse import load_sparse_encoder
+from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
 from retrieval_assets.core.models import RetrievalResult
 from retrieval_assets.core.pipeline import IndexLayout
 from retrieval_assets.core.search import open_retriever
@@ -39,14 +38,12 @@ class CatalogResource(ConfigurableResource):
 
 @lru_cache(maxsize=4)
 def _dense(settings_json: str) -> DenseEncoder:
-    s = ModelSettings.model_validate_json(settings_json)
-    return load_dense_encoder(s.dense_model, device=s.device, batch_size=s.batch_size, max_length=s.max_length)
+    return dense_encoder_for(ModelSettings.model_validate_json(settings_json))
 
 
 @lru_cache(maxsize=4)
 def _sparse(settings_json: str) -> SparseEncoder:
-    s = ModelSettings.model_validate_json(settings_json)
-    return load_sparse_encoder(s.sparse_model, device=s.device, batch_size=s.batch_size, max_length=s.max_length)
+    return sparse_encoder_for(ModelSettings.model_validate_json(settings_json))
 
 
 class ModelResource(ConfigurableResource):

@@ -29,7 +29,8 @@ class HybridRetriever:
         settings: RetrievalSettings | None = None,
     ) -> None:
         self.settings = settings or RetrievalSettings()
-        self._stores = [s for s in {id(x): x for x in (dense_store, sparse_store, lexical_store) if x}.values()]
+        # One Qdrant store may serve both dense and sparse search: close each store once.
+        self._stores = list({id(s): s for s in (dense_store, sparse_store, lexical_store) if s is not None}.values())
         self._searchers: dict[str, Callable[[str, int, list[MetadataFilter]], list[StoreHit]]] = {}
         if lexical_store is not None:
             self._searchers["bm25"] = lexical_store.search_text

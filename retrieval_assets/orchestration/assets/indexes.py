@@ -37,22 +37,22 @@ def _index_result(
     store: IndexStore,
     chunks: pd.DataFrame,
     seconds: float,
-    model_dim: int | None = None,
+    dimensions: tuple[int | None, int] | None = None,
     **metadata: object,
 ) -> MaterializeResult:
+    """Metadata and checks of a built index; ``dimensions`` is (index dim, model dim) for dense indexes."""
     count = store.count()
     stored, expected = store.chunk_ids(), set(chunks["chunk_id"])
-    dimension_check = (
-        []
-        if model_dim is None
-        else [
+    dimension_check = []
+    if dimensions is not None:
+        index_dim, model_dim = dimensions
+        dimension_check.append(
             AssetCheckResult(
                 check_name="dimension_matches_model",
-                passed=store.dim == model_dim,
-                metadata={"index_dim": store.dim, "model_dim": model_dim},
+                passed=index_dim == model_dim,
+                metadata={"index_dim": index_dim, "model_dim": model_dim},
             )
-        ]
-    )
+        )
     result = MaterializeResult(
         metadata={"backend": store.backend, "points": count, "seconds": seconds, **metadata},
         check_results=[
@@ -87,7 +87,12 @@ def faiss_index(
         store = pipeline.build_faiss_index(path, chunks, dense_embeddings, models.dense_model)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
-        store, chunks, timer["seconds"], models.dense_encoder().dim, path=str(path), model=models.dense_model
+        store,
+        chunks,
+        timer["seconds"],
+        (store.dim, models.dense_encoder().dim),
+        path=str(path),
+        model=models.dense_model,
     )
 
 
@@ -111,7 +116,7 @@ def qdrant_index(
         store,
         chunks,
         timer["seconds"],
-        models.dense_encoder().dim,
+        (store.dim, models.dense_encoder().dim),
         path=str(path),
         dense_model=models.dense_model,
         sparse_model=models.sparse_model,
