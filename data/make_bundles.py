@@ -4,7 +4,7 @@ Usage::
 
     python data/make_bundles.py /path/to/shared/datasets [--out data]
 
-Both bundles are deterministic functions of the source files (no randomness), so running
+The bundles are deterministic functions of the source files (no randomness), so running
 this again on the same sources reproduces them byte for byte. See ``data/README.md``.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 SCIFACT_QUERIES = 60  # first judged test queries, in qrels order
 SCIFACT_DOCUMENTS = 600  # judged documents plus evenly spaced distractors
 BIOTOOLS_STRIDE = 65  # keep every 65th bio.tools record: 19,649 -> 303 tools
+ACL_STRIDE = 200  # keep every 200th ACL paper that has an abstract: 58,959 -> 295 papers
 
 
 def make_scifact_mini(scifact: Path, out: Path) -> dict[str, int]:
@@ -90,6 +91,18 @@ def make_biotools_sample(corpus: Path, out: Path) -> dict[str, int]:
     return {"tools": len(tools), "empty_descriptions": sum(not tool["description"].strip() for tool in tools)}
 
 
+def make_acl_sample(corpus: Path, out: Path) -> dict[str, int]:
+    """Every ``ACL_STRIDE``-th paper with an abstract, lines copied verbatim (BEIR corpus layout
+    with the Anthology's ``authors``, ``year``, ``venue`` and ``booktitle`` beside ``title``/``text``)."""
+    with gzip.open(corpus, "rt", encoding="utf-8") as handle:
+        with_abstract = [line.rstrip("\n") for line in handle if json.loads(line).get("text")]
+    papers = with_abstract[::ACL_STRIDE]
+    out.mkdir(parents=True, exist_ok=True)
+    _write_lines(out / "corpus.jsonl", papers)
+    years = [int(json.loads(line)["year"]) for line in papers]
+    return {"papers": len(papers), "first_year": min(years), "last_year": max(years)}
+
+
 def _write_lines(path: Path, lines: list[str]) -> None:
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
@@ -104,6 +117,8 @@ def main() -> None:
     print("scifact_mini:", make_scifact_mini(args.datasets / "scifact", args.out / "scifact_mini"))
     biotools = args.datasets / "biotools" / "corpus.jsonl.gz"
     print("biotools_sample:", make_biotools_sample(biotools, args.out / "biotools_sample"))
+    acl = args.datasets / "acl_anthology" / "corpus.jsonl.gz"
+    print("acl_sample:", make_acl_sample(acl, args.out / "acl_sample"))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from retrieval_assets.core.models import RetrievalResult
+from retrieval_assets.core.models import RetrievalResult, SearchRequest
 
 
 def _tqdm_progress(label: str):
@@ -30,13 +30,19 @@ def _tqdm_progress(label: str):
 
 
 def _print_result(result: RetrievalResult) -> None:
+    flags = [name for name, on in (("reranked", result.reranked), ("REFINE requested", result.refine)) if on]
     print(f"query: {result.query!r}  strategies: {', '.join(result.strategies)}  fusion: {result.fusion}  "
-          f"({result.timings_ms.get('total_ms', 0):.0f} ms)")
+          f"{' '.join(flags)}  ({result.timings_ms.get('total_ms', 0):.0f} ms)")
+    diagnostics = result.diagnostics
+    for label, key in (("searched as", "query"), ("filters", "filters"), ("more like", "more_like_this"),
+                       ("context tokens", "context_tokens"), ("excluded", "excluded_ids")):
+        if diagnostics.get(key) and (key != "query" or diagnostics[key] != result.query):
+            print(f"  {label}: {diagnostics[key]}")
     for rank, hit in enumerate(result.hits, start=1):
         per_strategy = "  ".join(f"{name}#{s.rank}={s.score:.3f}" for name, s in hit.strategy_scores.items())
         title = hit.title or hit.text[:80]
         print(f"{rank:>3}. {hit.score:.4f}  {hit.doc_id}  [{hit.chunk_id}, {hit.section}]  {title[:90]}")
-        print(f"     {per_strategy}")
+        print(f"     {per_strategy}" + (f"  via graph: {' > '.join(hit.graph_path)}" if hit.graph_path else ""))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -67,8 +73,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from retrieval_assets.definitions import defs
 
-    filters = json.loads(args.filters) if args.filters else None
-    result = defs.resources["search"].search(args.query, top_k=args.top_k, filters=filters)
+    request = SearchRequest(
+        query=args.query,
+        top_k=args.top_k,
+        filters=json.loads(args.filters) if args.filters else None,
+        tenant_id=args.tenant,
+        strategies=args.strategies.split(",") if args.strategies else None,
+        fusion=args.fusion,
+        rerank=args.rerank,
+        expand=args.expand,
+        multi_query=args.multi_query,
+        context_files=args.context_file or [],
+        context_metadata=json.loads(args.context_metadata) if args.context_metadata else {},
+    )
+    result = defs.resources["search"].run(request)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -79,6 +97,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from retrieval_assets.core.benchmark import run_benchmark
     from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.rerank.cross_encoder import load_reranker
     from retrieval_assets.core.settings import PipelineSettings
 
     dataset = Path(args.dataset)
@@ -87,9 +106,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     settings = PipelineSettings()
     dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
+    rerank = settings.retrieval.rerank
+    reranker = None if args.no_rerank else load_reranker(rerank.model, device=settings.models.device, max_length=rerank.max_length)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="retrieval-bench-"))
     try:
-        figures = run_benchmark(dataset, workdir, dense, sparse, settings, progress=_tqdm_progress)
+        figures = run_benchmark(dataset, workdir, dense, sparse, settings, reranker, progress=_tqdm_progress)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -112,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--top-k", type=int, default=10)
     search.add_argument("--filters", help='JSON, e.g. \'{"tenant_id": "acme", "year": {"gte": 2019}}\'')
+    search.add_argument("--tenant", help="only this tenant's documents")
+    search.add_argument("--strategies", help="comma-separated subset of bm25,splade,dense")
+    search.add_argument("--fusion", choices=["rrf", "minmax", "zscore", "similarity_rrf"])
+    search.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="cross-encoder rerank")
+    search.add_argument("--expand", action=argparse.BooleanOptionalAction, default=None, help="vocabulary expansion")
+    search.add_argument("--multi-query", action=argparse.BooleanOptionalAction, default=None,
+                        help="search reformulations and fuse them")
+    search.add_argument("--context-file", action="append", help="attached file name, e.g. scan.dcm (repeatable)")
+    search.add_argument("--context-metadata", help='attached metadata as JSON, e.g. \'{"modality": "CT"}\'')
     search.add_argument("--json", action="store_true", help="print the full result with provenance as JSON")
     search.set_defaults(func=cmd_search)
 
@@ -119,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dataset", required=True, help="BEIR directory: corpus.jsonl, queries.jsonl, qrels/test.tsv")
     bench.add_argument("--json-out", help="also write the result JSON to this file")
     bench.add_argument("--workdir", help="keep the built indexes here instead of a temporary directory")
+    bench.add_argument("--no-rerank", action="store_true", help="skip the hybrid+rerank configuration")
     bench.set_defaults(func=cmd_bench)
     return parser
 

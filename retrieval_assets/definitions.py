@@ -6,7 +6,7 @@ import os
 
 from dagster import Definitions, EnvVar, load_assets_from_modules
 
-from retrieval_assets.orchestration.assets import embeddings, evaluation, indexes, ingestion
+from retrieval_assets.orchestration.assets import embeddings, evaluation, graph, indexes, ingestion
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.jobs import evaluation_job, index_build_job, nightly_index_build
 from retrieval_assets.orchestration.resources import (
@@ -35,13 +35,18 @@ def build_resources() -> dict[str, object]:
         "chunking": ChunkingResource(),
         "models": models,
         "storage": storage,
-        "search": SearchResource(storage=storage, models=models),
+        "search": SearchResource(
+            storage=storage,
+            models=models,
+            llm_base_url=_env_or_none("RETRIEVAL_LLM_BASE_URL"),
+            llm_api_key=_env_or_none("RETRIEVAL_LLM_API_KEY"),
+        ),
         "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
     }
 
 
 defs = Definitions(
-    assets=load_assets_from_modules([ingestion, embeddings, indexes, evaluation]),
+    assets=load_assets_from_modules([ingestion, embeddings, indexes, graph, evaluation]),
     jobs=[index_build_job, evaluation_job],
     schedules=[nightly_index_build],
     resources=build_resources(),

@@ -16,17 +16,27 @@ from retrieval_assets.core import pipeline
 from retrieval_assets.core.catalog import CatalogSource, GoldSet, load_gold
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
 from retrieval_assets.core.evaluation import EvaluationReport, evaluate, latency_percentiles
+from retrieval_assets.core.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.search import open_retriever
 from retrieval_assets.core.settings import PipelineSettings
 from retrieval_assets.core.tables import chunks_to_frame
+from retrieval_assets.core.vocabulary import build_vocabulary
 
-# Configuration name -> strategies fused. Later configurations are added here, the JSON shape stays.
-CONFIGURATIONS: dict[str, tuple[str, ...]] = {
-    "bm25": ("bm25",),
-    "dense": ("dense",),
-    "splade": ("splade",),
-    "hybrid": ("bm25", "splade", "dense"),
+# Configuration name -> search request options. "hybrid" is exactly what the query resource does
+# by default (the configured fusion, no rerank); the others each change one thing.
+CONFIGURATIONS: dict[str, dict[str, Any]] = {
+    "bm25": {"strategies": ["bm25"]},
+    "dense": {"strategies": ["dense"]},
+    "splade": {"strategies": ["splade"]},
+    "hybrid": {},
+    "hybrid_rrf": {"fusion": "rrf"},
+    "hybrid_minmax": {"fusion": "minmax"},
+    "hybrid_zscore": {"fusion": "zscore"},
+    "hybrid_similarity_rrf": {"fusion": "similarity_rrf"},
+    "hybrid+expansion": {"expand": True},
+    "hybrid+multi_query": {"multi_query": True},
+    "hybrid+rerank": {"rerank": True},
 }
 DEFAULT_CONFIGURATION = "hybrid"
 EVAL_DEPTH = 100  # deep enough for recall@100
@@ -38,13 +48,13 @@ ProgressFactory = Callable[[str], ProgressCallback | None]
 def evaluate_configurations(
     retriever: HybridRetriever,
     gold: GoldSet,
-    configurations: Mapping[str, tuple[str, ...]] = CONFIGURATIONS,
+    configurations: Mapping[str, Mapping[str, Any]] = CONFIGURATIONS,
     progress: ProgressFactory = lambda _: None,
 ) -> dict[str, EvaluationReport]:
     reports = {}
-    for name, strategies in configurations.items():
-        def search(query: str, strategies: tuple[str, ...] = strategies) -> list[str]:
-            return [hit.doc_id for hit in retriever.search(query, top_k=EVAL_DEPTH, strategies=strategies).hits]
+    for name, options in configurations.items():
+        def search(query: str, options: Mapping[str, Any] = options) -> list[str]:
+            return [hit.doc_id for hit in retriever.search(query, top_k=EVAL_DEPTH, **options).hits]
 
         reports[name] = evaluate(search, gold.queries, gold.qrels, progress=progress(f"eval {name}"))
     return reports
@@ -66,6 +76,7 @@ def run_benchmark(
     dense_encoder: DenseEncoder,
     sparse_encoder: SparseEncoder,
     settings: PipelineSettings,
+    reranker: Reranker | None = None,
     progress: ProgressFactory = lambda _: None,
 ) -> dict[str, Any]:
     source = CatalogSource(format="beir", path=str(dataset))
@@ -78,22 +89,31 @@ def run_benchmark(
     chunk_frame = chunks_to_frame(chunks)
     dense = pipeline.embed_dense(chunks, dense_encoder, progress("dense"))
     sparse = pipeline.embed_sparse(chunks, sparse_encoder, progress("sparse"))
+    context = settings.retrieval.context_tokens
     for store in (
-        pipeline.build_faiss_index(layout.faiss, chunk_frame, dense, dense_encoder.model_name),
+        pipeline.build_faiss_index(layout.faiss, chunk_frame, dense, dense_encoder.model_name, context),
         pipeline.build_qdrant_index(
-            layout.qdrant, chunk_frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name
+            layout.qdrant, chunk_frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name, context
         ),
-        pipeline.build_lexical_index(layout.lexical, chunk_frame),
+        pipeline.build_lexical_index(layout.lexical, chunk_frame, context),
     ):
         store.close()
+    pipeline.write_vocabulary(
+        build_vocabulary(chunks, dense_encoder, settings.vocabulary, progress("vocabulary")), layout
+    )
     build_seconds = time.perf_counter() - started
 
     retriever = open_retriever(
-        layout, dense_encoder=dense_encoder, sparse_encoder=sparse_encoder, settings=settings.retrieval
+        layout,
+        dense_encoder=dense_encoder,
+        sparse_encoder=sparse_encoder,
+        settings=settings.retrieval,
+        reranker=reranker,
     )
     try:
         encode_p95 = query_encoding_p95_ms(dense_encoder, gold.queries)
-        reports = evaluate_configurations(retriever, gold, progress=progress)
+        configurations = {name: options for name, options in CONFIGURATIONS.items() if reranker or not options.get("rerank")}
+        reports = evaluate_configurations(retriever, gold, configurations, progress=progress)
     finally:
         retriever.close()
     return {

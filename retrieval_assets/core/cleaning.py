@@ -6,7 +6,9 @@ quarantined row carries one reason from ``QuarantineReason`` plus a human-readab
 Field rules per format:
 
 * ``beir``: ``_id`` (string or integer), ``title`` and ``text`` (strings, may be absent);
-  the free-form ``metadata`` object keeps only its scalar values. Quarantined as
+  the free-form ``metadata`` object keeps only its scalar values, and other top-level fields
+  (the ACL Anthology's ``authors``, ``year``, ``venue``) that are scalars or lists of
+  scalars become metadata too; nested ones are left out, as in ``metadata``. Quarantined as
   ``empty_text`` when both title and text are empty after cleaning; a title-only record
   uses its title as text so that every kept document has text to chunk.
 * ``tool_catalog``: ``id``, ``name`` (required string), ``description``, ``keywords``
@@ -16,8 +18,8 @@ Field rules per format:
   a broken export. Keywords are appended to the text as a final ``Keywords: a, b`` line so
   every retrieval strategy sees them, and kept in ``metadata["keywords"]``.
 
-Metadata is flattened to filterable values: scalars stay, lists of scalars become
-``list[str]``, one-level objects become ``parent.child`` keys and ``null`` values are
+Metadata is flattened to filterable values: scalars stay (a ``year`` given as a digit
+string becomes an integer, so year ranges work), lists of scalars become ``list[str]``, one-level objects become ``parent.child`` keys and ``null`` values are
 dropped; deeper nesting is ``invalid_metadata``. Keys that would collide with store payload
 fields or with derived keys (``keywords``, ``relations.*``) get a ``meta_`` prefix.
 """
@@ -164,6 +166,7 @@ def clean_text(text: str) -> str:
 _SCALAR_TYPES = (str, int, float, bool)
 _RESERVED_KEYS = frozenset(REQUIRED_PAYLOAD_FIELDS) | {"keywords"}
 _RELATIONS_PREFIX = "relations."
+_BEIR_FIELDS = frozenset({"_id", "title", "text", "metadata"})
 
 
 class _Rejected(Exception):
@@ -234,6 +237,8 @@ def _str_list(value: Any, what: str, doc_id: str, *, allow_int: bool = False) ->
 
 def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
     """A flat metadata value, ``None`` for a null to drop; nested containers are rejected."""
+    if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isdigit():
+        return int(value)
     if value is None or _is_scalar(value):
         return value
     if isinstance(value, list) and all(v is None or _is_scalar(v) for v in value):
@@ -269,6 +274,10 @@ def _parse_beir(record: dict[str, Any], tenant_id: str) -> _Parsed:
     metadata = record.get("metadata")
     # BEIR's metadata is free-form (SciFact stores evidence there): keep only what can be filtered on.
     scalars = {k: v for k, v in metadata.items() if _is_scalar(v)} if isinstance(metadata, dict) else {}
+    for key, value in record.items():
+        flat_list = isinstance(value, list) and all(_is_scalar(v) for v in value)
+        if key not in _BEIR_FIELDS and key not in scalars and (_is_scalar(value) or flat_list):
+            scalars[key] = value
     return _Parsed(
         doc_id=doc_id,
         tenant_id=tenant_id,

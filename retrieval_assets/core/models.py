@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,7 +80,12 @@ class StrategyScore(BaseModel):
 
 
 class ScoredHit(BaseModel):
-    """A fused result with its provenance."""
+    """A fused result with its provenance.
+
+    ``strategy_scores`` holds each retrieval strategy's score and rank, plus ``graph`` for a
+    tool added by knowledge-graph expansion (``graph_path`` says how it was reached) and
+    ``rerank`` for a hit the cross-encoder scored (``first_stage_rank`` is its rank before).
+    """
 
     doc_id: str
     chunk_id: str
@@ -90,7 +95,26 @@ class ScoredHit(BaseModel):
     tenant_id: str = "default"
     score: float
     strategy_scores: dict[str, StrategyScore] = Field(default_factory=dict)
+    first_stage_rank: int | None = None
+    graph_path: list[str] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SearchRequest(BaseModel):
+    """One query and everything that shapes it; ``None`` options use the configured default."""
+
+    query: str
+    top_k: int = Field(10, ge=1)
+    filters: dict[str, Any] | None = None
+    tenant_id: str | None = None
+    strategies: list[str] | None = None
+    fusion: Literal["rrf", "minmax", "zscore", "similarity_rrf"] | None = None
+    rerank: bool | None = None
+    expand: bool | None = None
+    multi_query: bool | None = None
+    # Attached context: file names (``scan.dcm``) and metadata (``{"modality": "CT"}``).
+    context_files: list[str] = Field(default_factory=list)
+    context_metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class RetrievalResult(BaseModel):
@@ -100,5 +124,8 @@ class RetrievalResult(BaseModel):
     hits: list[ScoredHit]
     strategies: list[str]
     fusion: str
+    reranked: bool = False
+    # The query asked to be refined ([REFINE]); surfaced for the caller to act on.
+    refine: bool = False
     timings_ms: dict[str, float] = Field(default_factory=dict)
     diagnostics: dict[str, Any] = Field(default_factory=dict)

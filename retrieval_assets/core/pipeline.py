@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,8 +20,10 @@ from retrieval_assets.core.chunking import make_chunker
 from retrieval_assets.core.cleaning import CleaningResult, clean_rows
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
 from retrieval_assets.core.models import Chunk, Document
+from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
+from retrieval_assets.core.query.nl_filters import author_surnames
 from retrieval_assets.core.settings import ChunkingSettings
-from retrieval_assets.core.stores.base import Payload, infer_field_types
+from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, Payload, infer_field_types
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
@@ -45,6 +48,14 @@ class IndexLayout:
     @property
     def lexical(self) -> Path:
         return self.root / "tantivy"
+
+    @property
+    def vocabulary(self) -> Path:
+        return self.root / "vocabulary.parquet"
+
+    @property
+    def graph(self) -> Path:
+        return self.root / "graph.parquet"
 
 
 def read_raw_catalog(source: CatalogSource) -> pd.DataFrame:
@@ -74,12 +85,63 @@ def embed_sparse(
     return sparse_to_frame([c.chunk_id for c in chunks], vectors)
 
 
+BUILD_MANIFEST = "build.json"
+# Keyword fields with at most this many distinct values are listed as facets (e.g. venues).
+MAX_FACET_VALUES = 1000
+
+
 def _write_manifest(path: Path, **facts: object) -> None:
-    (path / "build.json").write_text(json.dumps(facts, indent=2, sort_keys=True))
+    (path / BUILD_MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True))
 
 
-def build_faiss_index(path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, model_name: str) -> FaissDenseStore:
+def read_build_manifest(path: Path) -> dict[str, Any]:
+    manifest = path / BUILD_MANIFEST
+    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+
+
+def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = None) -> list[Payload]:
+    """Store payloads with the fields derived for querying: ``tags`` (context tokens such as
+    ``format:DICOM``, which attached query context matches) and ``author_surnames`` (what
+    "by Smith" filters on)."""
+    settings = context or ContextTokenSettings()
     payloads = chunk_payloads(chunks)
+    for payload in payloads:
+        metadata = {k: v for k, v in payload.items() if k not in REQUIRED_PAYLOAD_FIELDS}
+        tags = record_context_tokens(metadata, settings)
+        if tags:
+            payload["tags"] = tags
+        authors = payload.get("authors")
+        if authors:
+            payload["author_surnames"] = author_surnames(authors if isinstance(authors, list) else [str(authors)])
+    return payloads
+
+
+def keyword_facets(payloads: Sequence[Payload]) -> dict[str, list[str]]:
+    """Distinct values of each low-cardinality keyword field, for the NL filter parser."""
+    values: dict[str, set[str]] = {}
+    for field, kind in infer_field_types(payloads).items():
+        if kind == "keyword":
+            values[field] = set()
+    for payload in payloads:
+        for field, seen in values.items():
+            value = payload.get(field)
+            if value is not None and len(seen) <= MAX_FACET_VALUES:
+                seen.update(str(v) for v in (value if isinstance(value, list) else [value]))
+    return {field: sorted(seen) for field, seen in values.items() if 0 < len(seen) <= MAX_FACET_VALUES}
+
+
+def write_vocabulary(frame: pd.DataFrame, layout: IndexLayout) -> None:
+    """The vocabulary next to the indexes, replaced atomically so a reader never sees half a file."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    tmp = layout.vocabulary.with_suffix(".tmp")
+    frame.to_parquet(tmp)
+    tmp.replace(layout.vocabulary)
+
+
+def build_faiss_index(
+    path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, model_name: str, context: ContextTokenSettings | None = None
+) -> FaissDenseStore:
+    payloads = index_payloads(chunks, context)
     matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
     store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
     store.upsert_dense(payloads, matrix)
@@ -95,8 +157,9 @@ def build_qdrant_index(
     sparse: pd.DataFrame,
     dense_model: str,
     sparse_model: str,
+    context: ContextTokenSettings | None = None,
 ) -> QdrantEdgeStore:
-    payloads = chunk_payloads(chunks)
+    payloads = index_payloads(chunks, context)
     ids = [p["chunk_id"] for p in payloads]
     matrix = dense_matrix(dense, ids)
     store = QdrantEdgeStore.create(
@@ -110,10 +173,12 @@ def build_qdrant_index(
     return store
 
 
-def build_lexical_index(path: Path, chunks: pd.DataFrame) -> TantivyLexicalStore:
-    payloads: list[Payload] = chunk_payloads(chunks)
+def build_lexical_index(
+    path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None
+) -> TantivyLexicalStore:
+    payloads = index_payloads(chunks, context)
     store = TantivyLexicalStore.create(path, field_types=infer_field_types(payloads), overwrite=True)
     store.add(payloads)
     store.finalize()
-    _write_manifest(path, count=store.count())
+    _write_manifest(path, count=store.count(), facets=keyword_facets(payloads))
     return store

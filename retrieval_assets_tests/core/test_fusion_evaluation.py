@@ -8,7 +8,18 @@ import pytest
 
 from retrieval_assets.core.evaluation import evaluate, latency_percentiles, score_run
 from retrieval_assets.core.filters import FilterError, MetadataFilter, matches_all, parse_filters
-from retrieval_assets.core.retrieval.fusion import reciprocal_rank_fusion
+from retrieval_assets.core.retrieval.fusion import (
+    fuse,
+    normalized_score_fusion,
+    reciprocal_rank_fusion,
+    similarity_rrf_fusion,
+)
+
+# Two strategies with scores on different scales; "c" is only in bm25, "d" only in dense.
+PER_STRATEGY = {
+    "bm25": [("a", 12.0), ("b", 8.0), ("c", 4.0)],
+    "dense": [("b", 0.9), ("a", 0.7), ("d", 0.5)],
+}
 
 
 def test_rrf_matches_the_formula() -> None:
@@ -23,6 +34,60 @@ def test_rrf_breaks_ties_by_key_and_rejects_bad_k() -> None:
     assert [k for k, _ in reciprocal_rank_fusion({"x": ["b"], "y": ["a"]})] == ["a", "b"]
     with pytest.raises(ValueError):
         reciprocal_rank_fusion({"x": ["a"]}, k=0)
+
+
+def test_weighted_rrf() -> None:
+    fused = dict(reciprocal_rank_fusion({"bm25": ["a"], "dense": ["b"]}, k=60, weights={"bm25": 2.0}))
+    assert fused == {"a": pytest.approx(2 / 61), "b": pytest.approx(1 / 61)}
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion({"x": ["a"]}, weights={"x": -1.0})
+
+
+def test_minmax_fusion_known_values() -> None:
+    # bm25 normalises to a=1, b=0.5, c=0; dense to b=1, a=0.5, d=0; missing counts as 0.
+    fused = dict(normalized_score_fusion(PER_STRATEGY, "minmax"))
+    assert fused == {"a": pytest.approx(1.5), "b": pytest.approx(1.5), "c": 0.0, "d": 0.0}
+    assert [k for k, _ in normalized_score_fusion(PER_STRATEGY, "minmax")] == ["a", "b", "c", "d"]
+    weighted = normalized_score_fusion(PER_STRATEGY, "minmax", weights={"dense": 3.0})
+    assert weighted[0] == ("b", pytest.approx(0.5 + 3.0))
+
+
+def test_zscore_fusion_known_values() -> None:
+    fused = dict(normalized_score_fusion(PER_STRATEGY, "zscore"))
+    z = math.sqrt(1.5)  # the standardised scores of three evenly spaced values are -1.22, 0, 1.22
+    assert fused["a"] == pytest.approx(z + 0.0)
+    assert fused["b"] == pytest.approx(0.0 + z)
+    # A candidate a strategy did not return gets that strategy's lowest z.
+    assert fused["c"] == pytest.approx(-z - z)
+    assert fused["d"] == pytest.approx(-z - z)
+
+
+def test_normalisation_of_a_single_or_constant_list() -> None:
+    assert normalized_score_fusion({"x": [("a", 3.0)]}, "minmax") == [("a", 1.0)]
+    assert normalized_score_fusion({"x": [("a", 2.0), ("b", 2.0)]}, "zscore") == [("a", 0.0), ("b", 0.0)]
+    assert normalized_score_fusion({"x": [], "y": [("a", 1.0)]}, "minmax") == [("a", 1.0)]
+
+
+def test_similarity_rrf_hybrid_known_values() -> None:
+    w = 0.4
+    fused = dict(similarity_rrf_fusion(PER_STRATEGY, similarity_weight=w, k=60))
+    rrf = {"a": 1 / 61 + 1 / 62, "b": 1 / 62 + 1 / 61, "c": 1 / 63, "d": 1 / 63}
+    similarity = {"a": 1.5 / 2, "b": 1.5 / 2, "c": 0.0, "d": 0.0}
+    best = max(rrf.values())
+    for key in rrf:
+        assert fused[key] == pytest.approx(w * similarity[key] + (1 - w) * rrf[key] / best)
+    assert dict(similarity_rrf_fusion(PER_STRATEGY, 0.0)) == pytest.approx({k: v / best for k, v in rrf.items()})
+    with pytest.raises(ValueError):
+        similarity_rrf_fusion(PER_STRATEGY, 1.5)
+
+
+@pytest.mark.parametrize("method", ["rrf", "minmax", "zscore", "similarity_rrf"])
+def test_fuse_dispatches_every_method(method: str) -> None:
+    fused = fuse(PER_STRATEGY, method)  # type: ignore[arg-type]
+    assert {k for k, _ in fused} == {"a", "b", "c", "d"}
+    assert [score for _, score in fused] == sorted((score for _, score in fused), reverse=True)
+    with pytest.raises(ValueError):
+        fuse(PER_STRATEGY, "borda")  # type: ignore[arg-type]
 
 
 def test_metrics_known_values() -> None:

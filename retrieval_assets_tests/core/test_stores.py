@@ -477,15 +477,23 @@ def test_tantivy_filter_on_undeclared_field_is_an_error(lexical):
 
 
 def test_tantivy_title_boost(tmp_path):
-    store = TantivyLexicalStore.create(tmp_path / "boost")
     in_title = dict(PAYLOADS[0], chunk_id="a", title="zebra", text="animals of africa")
     in_text = dict(PAYLOADS[0], chunk_id="b", title="animals", text="zebra of africa")
-    store.add([in_title, in_text])
-    store.finalize()
-    assert [h.chunk_id for h in store.search_text("zebra", top_k=2)] == ["a", "b"]
-    store.title_boost = 0.5
-    assert [h.chunk_id for h in store.search_text("zebra", top_k=2)] == ["b", "a"]
-    store.close()
+    flat = TantivyLexicalStore.create(tmp_path / "flat")
+    flat.add([in_title, in_text])
+    flat.finalize()
+    # One content field by default: a title word counts like any other word.
+    scores = {h.chunk_id: h.score for h in flat.search_text("zebra", top_k=2)}
+    assert scores["a"] == pytest.approx(scores["b"])
+    flat.close()
+    boosted = TantivyLexicalStore.create(tmp_path / "boost", title_boost=0.5)
+    boosted.add([in_title, in_text])
+    boosted.close()
+    reopened = TantivyLexicalStore.open(tmp_path / "boost")
+    assert [h.chunk_id for h in reopened.search_text("zebra", top_k=2)] == ["a", "b"]
+    reopened.close()
+    with pytest.raises(ValueError, match="title_boost"):
+        TantivyLexicalStore.create(tmp_path / "bad", title_boost=-1.0)
 
 
 def test_tantivy_reopen_and_replace(lexical):
@@ -518,8 +526,26 @@ def test_tantivy_create_refuses_non_empty_dir(lexical):
     path, holder = lexical
     with pytest.raises(FileExistsError):
         TantivyLexicalStore.create(path)
-    with pytest.raises(ValueError, match="filter field name"):
-        TantivyLexicalStore.create(path.parent / "bad", field_types={"payload_json": "keyword"})
+
+
+def test_tantivy_filters_on_fields_whose_names_tantivy_rejects(tmp_path):
+    # Cleaning flattens nested metadata and tool relations into dotted keys.
+    fields = {"relations.requires": "keyword", "payload_json": "keyword", "meta data": "integer"}
+    store = TantivyLexicalStore.create(tmp_path / "odd", field_types=fields)
+    base = {"section": "body", "title": "", "tenant_id": "t"}
+    store.add([
+        {**base, "chunk_id": "a#0", "doc_id": "a", "text": "aligner", "relations.requires": ["samtools"], "meta data": 1,
+         "payload_json": "x"},
+        {**base, "chunk_id": "b#0", "doc_id": "b", "text": "aligner", "relations.requires": ["htslib"], "meta data": 5},
+    ])
+    store.finalize()
+    hits = store.search_text("aligner", 5, parse_filters({"relations.requires": "samtools", "payload_json": "x"}))
+    assert [h.payload["doc_id"] for h in hits] == ["a"]
+    ranged = store.search_text("aligner", 5, parse_filters({"meta data": {"gte": 2}}))
+    assert [h.payload["doc_id"] for h in ranged] == ["b"]
+    store.close()
+    reopened = TantivyLexicalStore.open(tmp_path / "odd")
+    assert [h.payload["doc_id"] for h in reopened.search_text("aligner", 5, parse_filters({"meta data": 1}))] == ["a"]
 
 
 # -- persistence across processes and shared helpers --------------------------------------

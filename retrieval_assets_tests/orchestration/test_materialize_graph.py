@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from dagster import materialize
 
+from retrieval_assets.core.benchmark import CONFIGURATIONS
 from retrieval_assets.definitions import defs
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.resources import (
@@ -76,7 +77,7 @@ def test_evaluation_is_recorded(built) -> None:
     assert metadata["evaluated"] is True
     assert 0.0 <= metadata["ndcg@10"] <= 1.0 and metadata["p95_ms"] > 0
     report = json.loads((storage.layout().root / "evaluation.json").read_text())
-    assert set(report["runs"]) == {"bm25", "dense", "splade", "hybrid"}
+    assert set(report["runs"]) == set(CONFIGURATIONS)
 
 
 def test_real_query_finds_the_expected_document(built, tiny_beir: Path) -> None:

@@ -119,11 +119,30 @@ def detect_kind(path: Path) -> ModelKind | None:
         return "onnx"
     if (path / "modules.json").is_file() or (path / "config_sentence_transformers.json").is_file():
         return "sentence_transformers"
+    architectures = _architectures(path)
+    if any(arch.endswith("ForMaskedLM") for arch in architectures):
+        return "masked_lm"
+    # A plain transformers cross-encoder (e.g. cross-encoder/ms-marco-*): CrossEncoder loads it.
+    if any(arch.endswith("ForSequenceClassification") for arch in architectures):
+        return "sentence_transformers"
+    return None
+
+
+def _architectures(path: Path) -> list[str]:
     config = path / "config.json"
-    if config.is_file():
-        architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
-        if any(arch.endswith("ForMaskedLM") for arch in architectures):
-            return "masked_lm"
+    if not config.is_file():
+        return []
+    return json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+
+
+def detect_role(path: Path) -> ModelRole | None:
+    """Role of a local model directory when its config says it; None when it does not.
+
+    A sequence-classification head marks a cross-encoder (sentence-transformers saves its
+    CrossEncoder models that way too), so dense loaders can refuse it by name.
+    """
+    if any(arch.endswith("ForSequenceClassification") for arch in _architectures(path)):
+        return "cross_encoder"
     return None
 
 
@@ -170,11 +189,11 @@ def resolve_model_path(name_or_path: str) -> ResolvedModel:
             raise model_load_error(
                 name_or_path,
                 "the directory holds no model.onnx + tokenizer.json, no sentence-transformers "
-                "modules.json and no config.json of a ForMaskedLM model",
+                "modules.json and no config.json of a ForMaskedLM or ForSequenceClassification model",
             )
         facts = _packaged_facts_for(local.resolve())
         if facts is None:
-            return ResolvedModel(name=name_or_path, path=str(local), kind=kind)
+            return ResolvedModel(name=name_or_path, path=str(local), kind=kind, role=detect_role(local))
         return ResolvedModel(
             name=name_or_path,
             path=str(local),

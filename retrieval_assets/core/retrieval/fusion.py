@@ -1,21 +1,127 @@
-"""Rank fusion over per-strategy rankings."""
+"""Fusion of per-strategy result lists into one ranking.
+
+Every function takes, per strategy, the candidates' scores best first and returns
+``(key, fused score)`` pairs best first, ties broken by key so fused orders are reproducible.
+Weights default to 1 for every strategy.
+
+* ``rrf``: Cormack et al. reciprocal rank fusion, ``sum w / (k + rank)`` with 1-based ranks.
+* ``minmax`` / ``zscore``: a weighted sum of each strategy's scores normalised over its own
+  candidate list (Bruch et al. 2023, "An Analysis of Fusion Functions for Hybrid Retrieval").
+  A candidate a strategy did not return counts as that strategy's worst normalised score
+  (0 for min-max, the lowest z for z-score): it is at best as good as what was cut off.
+* ``similarity_rrf``: ``w * avg_similarity + (1 - w) * normalized_rrf``, where
+  ``avg_similarity`` is the weighted mean of min-max normalised scores and ``normalized_rrf``
+  the RRF score divided by the best RRF score, so both terms lie in [0, 1].
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal, get_args
+
+import numpy as np
+
+FusionMethod = Literal["rrf", "minmax", "zscore", "similarity_rrf"]
+FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
+
+# strategy -> [(key, score), ...] best first
+StrategyScores = Mapping[str, Sequence[tuple[str, float]]]
+
+
+def _weight(weights: Mapping[str, float] | None, strategy: str) -> float:
+    weight = 1.0 if weights is None else weights.get(strategy, 1.0)
+    if weight < 0:
+        raise ValueError(f"fusion weight of {strategy!r} must not be negative, got {weight}")
+    return weight
+
+
+def _ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
 def reciprocal_rank_fusion(
-    rankings: Mapping[str, Sequence[str]], k: int = 60
+    rankings: Mapping[str, Sequence[str]], k: int = 60, weights: Mapping[str, float] | None = None
 ) -> list[tuple[str, float]]:
-    """Cormack et al. RRF: ``sum(1 / (k + rank))`` with 1-based ranks, best first.
-
-    Ties are broken by key so that fused orders are reproducible.
-    """
+    """``sum(w / (k + rank))`` over the strategies that ranked each key, 1-based ranks."""
     if k <= 0:
         raise ValueError(f"RRF k must be positive, got {k}")
-    scores: dict[str, float] = {}
-    for ranking in rankings.values():
+    fused: dict[str, float] = {}
+    for strategy, ranking in rankings.items():
+        weight = _weight(weights, strategy)
         for rank, key in enumerate(ranking, start=1):
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
+    return _ranked(fused)
+
+
+def _normalised(scored: Sequence[tuple[str, float]], method: Literal["minmax", "zscore"]) -> tuple[dict[str, float], float]:
+    """Each key's normalised score and the value a missing key gets."""
+    values = np.array([score for _, score in scored], dtype=float)
+    if method == "minmax":
+        low, spread = values.min(), values.max() - values.min()
+        # One candidate, or all equal: every candidate is as good as the best.
+        normalised = (values - low) / spread if spread > 0 else np.ones_like(values)
+        return dict(zip((key for key, _ in scored), normalised.tolist(), strict=True)), 0.0
+    std = values.std()
+    normalised = (values - values.mean()) / std if std > 0 else np.zeros_like(values)
+    return dict(zip((key for key, _ in scored), normalised.tolist(), strict=True)), float(normalised.min())
+
+
+def normalized_score_fusion(
+    per_strategy: StrategyScores,
+    method: Literal["minmax", "zscore"] = "minmax",
+    weights: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """Weighted sum of per-strategy normalised scores (see the module notes for missing keys)."""
+    if method not in ("minmax", "zscore"):
+        raise ValueError(f"normalisation must be 'minmax' or 'zscore', got {method!r}")
+    lists = {strategy: scored for strategy, scored in per_strategy.items() if scored}
+    normalised = {strategy: _normalised(scored, method) for strategy, scored in lists.items()}
+    keys = {key for scored in lists.values() for key, _ in scored}
+    fused = {
+        key: sum(
+            _weight(weights, strategy) * values.get(key, missing)
+            for strategy, (values, missing) in normalised.items()
+        )
+        for key in keys
+    }
+    return _ranked(fused)
+
+
+def similarity_rrf_fusion(
+    per_strategy: StrategyScores,
+    similarity_weight: float = 0.5,
+    k: int = 60,
+    weights: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """``w * avg_similarity + (1 - w) * normalized_rrf`` (see the module notes)."""
+    if not 0.0 <= similarity_weight <= 1.0:
+        raise ValueError(f"similarity weight must be in [0, 1], got {similarity_weight}")
+    rrf = dict(reciprocal_rank_fusion({s: [key for key, _ in scored] for s, scored in per_strategy.items()}, k, weights))
+    if not rrf:
+        return []
+    best_rrf = max(rrf.values())
+    total_weight = sum(_weight(weights, strategy) for strategy, scored in per_strategy.items() if scored)
+    similarity = dict(normalized_score_fusion(per_strategy, "minmax", weights))
+    fused = {
+        key: similarity_weight * similarity[key] / total_weight + (1 - similarity_weight) * rrf[key] / best_rrf
+        for key in rrf
+    }
+    return _ranked(fused)
+
+
+def fuse(
+    per_strategy: StrategyScores,
+    method: FusionMethod = "rrf",
+    *,
+    rrf_k: int = 60,
+    weights: Mapping[str, float] | None = None,
+    similarity_weight: float = 0.5,
+) -> list[tuple[str, float]]:
+    """One entry point for every fusion method, as configured in ``FusionSettings``."""
+    if method == "rrf":
+        return reciprocal_rank_fusion({s: [key for key, _ in scored] for s, scored in per_strategy.items()}, rrf_k, weights)
+    if method in ("minmax", "zscore"):
+        return normalized_score_fusion(per_strategy, method, weights)
+    if method == "similarity_rrf":
+        return similarity_rrf_fusion(per_strategy, similarity_weight, rrf_k, weights)
+    raise ValueError(f"unknown fusion method {method!r}; use one of {FUSION_METHODS}")

@@ -1,18 +1,98 @@
-"""Hybrid retrieval: BM25, SPLADE and dense searches run in parallel and are fused by RRF."""
+"""Hybrid retrieval: every query-side capability, in one pipeline.
+
+A query goes through these stages; each records what it did in ``result.diagnostics`` and
+its time in ``result.timings_ms``:
+
+1. control tags (``[EXCLUDE:a|b]``, ``[NO_RERANK]``, ``[REFINE]``) are parsed and stripped;
+2. natural-language filters ("since 2019", "by Smith", "in ACL") become structured filters,
+   combined with the caller's filters and tenant, and pushed into every backend;
+3. a query that is, or names, a document id searches with that document ("more like this");
+4. attached context (file names, metadata) adds ``format:`` tokens to the lexical query;
+5. vocabulary neighbours expand the lexical query, on request or when results are few;
+6. BM25, SPLADE and dense search run in parallel and are fused (RRF, min-max, z-score or
+   similarity+RRF); reformulations (pseudo-relevance feedback, expansion, an LLM) are searched
+   the same way and fused by RRF when multi-query is on;
+7. a bounded walk of the tool graph adds related tools, filtered like everything else;
+8. a cross-encoder reranks the head of the list.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.filters import MetadataFilter, parse_filters
-from retrieval_assets.core.models import RetrievalResult, ScoredHit, StoreHit, StrategyScore
-from retrieval_assets.core.retrieval.fusion import reciprocal_rank_fusion
+from retrieval_assets.core.graph import ToolGraph
+from retrieval_assets.core.models import RetrievalResult, ScoredHit, SearchRequest, StoreHit, StrategyScore
+from retrieval_assets.core.query.context_tokens import ContextTokenSettings, query_context_tokens
+from retrieval_assets.core.query.control_tags import parse_control_tags
+from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
+from retrieval_assets.core.rerank.base import Reranker
+from retrieval_assets.core.retrieval.expansion import VocabularyIndex
+from retrieval_assets.core.retrieval.fusion import FusionMethod, fuse, reciprocal_rank_fusion
+from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms
 from retrieval_assets.core.settings import RetrievalSettings, Strategy
 from retrieval_assets.core.stores.base import DenseStore, LexicalStore, SparseStore
+
+logger = logging.getLogger(__name__)
+
+# (query text, depth, filters, expansion terms, tag terms) -> hits, best first
+Searcher = Callable[[str, int, list[MetadataFilter], Mapping[str, float], Sequence[str]], list[StoreHit]]
+# A token that may be a document id: explicit "doc:"/"id:" or letters/punctuation mixed with digits.
+_ID_PREFIX = re.compile(r"^(?:doc|id):(?P<id>\S+)$", re.IGNORECASE)
+_ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[^\d]).+$")
+
+
+@dataclass
+class _Trace:
+    """What one search did: timings and diagnostics, filled in stage by stage."""
+
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            self.timings_ms[f"{name}_ms"] = self.timings_ms.get(f"{name}_ms", 0.0) + elapsed
+
+
+@dataclass
+class _Plan:
+    """Everything fixed for one request once the query is understood."""
+
+    query: str
+    depth: int
+    filters: list[MetadataFilter]
+    tag_terms: list[str]
+    excluded: set[str]
+    strategies: list[str]
+    fusion: FusionMethod
+    trace: _Trace
+    # Strategy results already computed for this request: retries re-run BM25 only.
+    cache: dict[tuple[str, str], list[StoreHit]] = field(default_factory=dict)
+
+
+@dataclass
+class _Candidate:
+    """One fused document (or chunk) with the hit that represents it and its provenance."""
+
+    key: str
+    hit: StoreHit
+    score: float
+    strategy_scores: dict[str, StrategyScore]
+    first_stage_rank: int | None = None
+    graph_path: list[str] | None = None
 
 
 class HybridRetriever:
@@ -27,19 +107,38 @@ class HybridRetriever:
         sparse_store: SparseStore | None,
         lexical_store: LexicalStore | None,
         settings: RetrievalSettings | None = None,
+        vocabulary: VocabularyIndex | None = None,
+        graph: ToolGraph | None = None,
+        reranker: Reranker | None = None,
+        reformulator: LLMReformulator | None = None,
+        nl_filter_settings: NLFilterSettings | None = None,
+        context_settings: ContextTokenSettings | None = None,
+        filterable_fields: set[str] | None = None,
     ) -> None:
         self.settings = settings or RetrievalSettings()
+        self._dense_encoder = dense_encoder
+        self._lexical = lexical_store
+        self._vocabulary = vocabulary
+        self._graph = graph
+        self._reranker = reranker
+        self._reformulator = reformulator
+        self._nl_settings = nl_filter_settings or self.settings.nl_filters
+        self._context_settings = context_settings or self.settings.context_tokens
+        # Fields the index can filter on; None when unknown (every field is assumed filterable).
+        self._filterable_fields = filterable_fields
         # One Qdrant store may serve both dense and sparse search: close each store once.
         self._stores = list({id(s): s for s in (dense_store, sparse_store, lexical_store) if s is not None}.values())
-        self._searchers: dict[str, Callable[[str, int, list[MetadataFilter]], list[StoreHit]]] = {}
+        self._searchers: dict[str, Searcher] = {}
         if lexical_store is not None:
-            self._searchers["bm25"] = lexical_store.search_text
+            self._searchers["bm25"] = lambda q, k, f, expansion, tags: lexical_store.search_text(
+                q, k, f, expansion_terms=expansion, tag_terms=tags
+            )
         if sparse_store is not None and sparse_encoder is not None:
-            self._searchers["splade"] = lambda q, k, f: sparse_store.search_sparse(
+            self._searchers["splade"] = lambda q, k, f, _e, _t: sparse_store.search_sparse(
                 sparse_encoder.encode_queries([q])[0], k, f
             )
         if dense_store is not None and dense_encoder is not None:
-            self._searchers["dense"] = lambda q, k, f: dense_store.search_dense(
+            self._searchers["dense"] = lambda q, k, f, _e, _t: dense_store.search_dense(
                 dense_encoder.encode_queries([q])[0], k, f
             )
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searchers)), thread_name_prefix="retrieve")
@@ -52,72 +151,361 @@ class HybridRetriever:
         self,
         query: str,
         top_k: int = 10,
-        filters: Mapping[str, Any] | Sequence[MetadataFilter] | None = None,
+        filters: Mapping[str, Any] | None = None,
         strategies: Sequence[Strategy] | None = None,
+        **options: Any,
     ) -> RetrievalResult:
-        if not query or not query.strip():
-            raise ValueError("query must be a non-empty string")
-        if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
-        wanted = list(strategies or self.settings.strategies)
-        missing = [s for s in wanted if s not in self._searchers]
-        if missing:
-            raise ValueError(
-                f"strategies {missing} are not available; this index serves {self.available_strategies}"
+        """Shorthand for ``run(SearchRequest(...))``; ``options`` are the other request fields."""
+        return self.run(
+            SearchRequest(
+                query=query,
+                top_k=top_k,
+                filters=dict(filters) if filters is not None else None,
+                strategies=list(strategies) if strategies is not None else None,
+                **options,
             )
-        parsed_filters = parse_filters(filters)
-        depth = max(top_k, self.settings.candidates_per_strategy)
-
-        started = time.perf_counter()
-        futures = {
-            name: self._pool.submit(_timed, self._searchers[name], query, depth, parsed_filters)
-            for name in wanted
-        }
-        per_strategy = {name: future.result() for name, future in futures.items()}
-        timings = {f"{name}_ms": elapsed for name, (_, elapsed) in per_strategy.items()}
-
-        fuse_started = time.perf_counter()
-        hits = self._fuse({name: hits for name, (hits, _) in per_strategy.items()}, top_k)
-        timings["fusion_ms"] = (time.perf_counter() - fuse_started) * 1000
-        timings["total_ms"] = (time.perf_counter() - started) * 1000
-        return RetrievalResult(
-            query=query,
-            hits=hits,
-            strategies=wanted,
-            fusion="rrf" if len(wanted) > 1 else "none",
-            timings_ms=timings,
-            diagnostics={
-                "candidates": {name: len(h) for name, (h, _) in per_strategy.items()},
-                "filters": [f.model_dump(exclude_none=True) for f in parsed_filters],
-            },
         )
 
-    def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], top_k: int) -> list[ScoredHit]:
+    def run(self, request: SearchRequest) -> RetrievalResult:
+        if not request.query or not request.query.strip():
+            raise ValueError("query must be a non-empty string")
+        wanted = list(request.strategies or self.settings.strategies)
+        missing = [s for s in wanted if s not in self._searchers]
+        if missing:
+            raise ValueError(f"strategies {missing} are not available; this index serves {self.available_strategies}")
+        trace = _Trace()
+        started = time.perf_counter()
+
+        with trace.stage("parse"):
+            tags = parse_control_tags(request.query)
+            semantic, filters = self._structured_query(tags.query, request, trace)
+            excluded = set(tags.exclude_ids)
+            semantic = self._more_like_this(semantic, filters, excluded, trace)
+            tag_terms = query_context_tokens(request.context_files, request.context_metadata, self._context_settings)
+        trace.diagnostics.update(
+            query=semantic,
+            excluded_ids=sorted(excluded),
+            context_tokens=tag_terms,
+            filters=[f.model_dump(exclude_none=True) for f in filters],
+        )
+
+        plan = _Plan(
+            query=semantic,
+            depth=max(request.top_k, self.settings.candidates_per_strategy) + len(excluded),
+            filters=filters,
+            tag_terms=tag_terms,
+            excluded=excluded,
+            strategies=wanted,
+            fusion=request.fusion or self.settings.fusion.method,
+            trace=trace,
+        )
+        candidates = self._retrieve_with_retries(plan, request)
+        if self.settings.graph.enabled and self._graph is not None and self._lexical is not None:
+            with trace.stage("graph"):
+                candidates = self._expand_graph(candidates, plan, request.tenant_id)
+        use_rerank = (self.settings.rerank.enabled if request.rerank is None else request.rerank) and not tags.no_rerank
+        reranked = False
+        if use_rerank and candidates:
+            if self._reranker is None:
+                raise ValueError("rerank was requested but no reranker is configured for this index")
+            with trace.stage("rerank"):
+                candidates = self._rerank(semantic, candidates, trace)
+            reranked = True
+        trace.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
+        logger.info("query %r: %s", request.query, trace.diagnostics)
+        return RetrievalResult(
+            query=request.query,
+            hits=[_to_scored_hit(c) for c in candidates[: request.top_k]],
+            strategies=wanted,
+            fusion=plan.fusion if len(wanted) > 1 else "none",
+            reranked=reranked,
+            refine=tags.refine,
+            timings_ms=trace.timings_ms,
+            diagnostics=trace.diagnostics,
+        )
+
+    # -- query understanding --------------------------------------------------------------------
+
+    def _structured_query(self, query: str, request: SearchRequest, trace: _Trace) -> tuple[str, list[MetadataFilter]]:
+        """The semantic query left after NL filter phrases, and every filter that applies."""
+        filters = parse_filters(request.filters)
+        if request.tenant_id is not None:
+            filters.append(MetadataFilter(field="tenant_id", any_of=[request.tenant_id]))
+        if not self.settings.natural_language_filters:
+            return query, filters
+        parsed = parse_nl_filters(query, self._nl_settings)
+        unsupported = sorted(set(parsed.filters) - self._filterable_fields) if self._filterable_fields is not None else []
+        if unsupported:
+            # "in 2010" in a corpus without years is plain text: keep the whole query as typed.
+            trace.diagnostics["nl_filters_ignored"] = {"phrases": parsed.phrases, "fields_not_in_index": unsupported}
+            return query, filters
+        trace.diagnostics["nl_filter_phrases"] = parsed.phrases
+        if not parsed.query:
+            raise ValueError(f"nothing is left to search in {query!r} once the filter phrases are taken out")
+        return parsed.query, filters + parse_filters(parsed.filters)
+
+    def _more_like_this(self, query: str, filters: list[MetadataFilter], excluded: set[str], trace: _Trace) -> str:
+        """When the query is, or names, a document id, search with that document's title and text
+        (plus the query's other words); the document itself is left out of the results."""
+        if not self.settings.more_like_this or self._lexical is None:
+            return query
+        tokens = query.split()
+        mentioned = [_mentioned_id(token) for token in tokens]
+        found = self._lexical.fetch_documents(list(dict.fromkeys([query.strip(), *filter(None, mentioned)])), filters)
+        if not found:
+            return query
+        source = found[0].payload
+        excluded.add(source["doc_id"])
+        trace.diagnostics["more_like_this"] = source["doc_id"]
+        rest = [token for token, doc_id in zip(tokens, mentioned, strict=True) if doc_id != source["doc_id"]]
+        if query.strip() == source["doc_id"]:
+            rest = []
+        return " ".join([*rest, source["title"], source["text"]]).strip()
+
+    # -- first stage ----------------------------------------------------------------------------
+
+    def _retrieve_with_retries(self, plan: _Plan, request: SearchRequest) -> list[_Candidate]:
+        """First-stage candidates; with few results, retry with broader vocabulary expansion."""
+        expansion = self.settings.expansion
+        expand = expansion.enabled if request.expand is None else request.expand
+        level = 1 if expand else 0
+        attempts = []
+        while True:
+            with plan.trace.stage("expansion"):
+                terms = self._expansion_terms(plan.query, level)
+            candidates = self._first_stage(plan, terms, request)
+            attempts.append({"level": level, "expansion_terms": terms, "results": len(candidates)})
+            if (
+                len(candidates) >= expansion.min_results
+                or len(attempts) > expansion.max_retries
+                or self._vocabulary is None
+                or "bm25" not in plan.strategies
+            ):
+                break
+            level += 1
+        plan.trace.diagnostics["expansion"] = attempts
+        return candidates
+
+    def _expansion_terms(self, query: str, level: int) -> dict[str, float]:
+        """Neighbour terms at an expansion level: 0 none, 1 as configured, each further level broader."""
+        if level == 0 or self._vocabulary is None or self._dense_encoder is None:
+            return {}
+        expansion = self.settings.expansion
+        return self._vocabulary.neighbours(
+            query,
+            self._dense_encoder,
+            threshold=max(expansion.threshold - (level - 1) * expansion.broaden_step, 0.0),
+            max_terms=expansion.max_terms * level,
+            weight=expansion.weight,
+        )
+
+    def _first_stage(self, plan: _Plan, expansion_terms: dict[str, float], request: SearchRequest) -> list[_Candidate]:
+        """The query, plus its reformulations fused by RRF when multi-query is on."""
+        fused = self._search_and_fuse(plan, plan.query, expansion_terms)
+        multi = self.settings.multi_query
+        if not (multi.enabled if request.multi_query is None else request.multi_query):
+            return fused
+        with plan.trace.stage("multi_query"):
+            variants = self._reformulations(plan.query, fused, plan.trace)
+        runs = {"original": fused}
+        for label, text, terms in variants:
+            runs[label] = self._search_and_fuse(plan, text, terms)
+        by_key: dict[str, _Candidate] = {}
+        for run in runs.values():
+            for candidate in run:
+                by_key.setdefault(candidate.key, candidate)
+        aggregated = reciprocal_rank_fusion(
+            {label: [c.key for c in run] for label, run in runs.items()}, k=self.settings.fusion.rrf_k
+        )
+        plan.trace.diagnostics["multi_query"] = {
+            "reformulations": [{"label": label, "query": text, "expansion_terms": terms} for label, text, terms in variants],
+            "candidates": {label: len(run) for label, run in runs.items()},
+        }
+        return [_rescored(by_key[key], score) for key, score in aggregated]
+
+    def _reformulations(
+        self, query: str, first_pass: list[_Candidate], trace: _Trace
+    ) -> list[tuple[str, str, dict[str, float]]]:
+        """(label, text, lexical expansion terms) of each reformulation."""
+        multi = self.settings.multi_query
+        variants: list[tuple[str, str, dict[str, float]]] = []
+        if multi.pseudo_relevance_feedback and self._vocabulary is not None and first_pass:
+            texts = [f"{c.hit.payload.get('title', '')} {c.hit.payload.get('text', '')}" for c in first_pass[: multi.feedback_docs]]
+            terms = feedback_terms(
+                query, texts, self._vocabulary.doc_freq, max(self._lexical_count(), 1), multi.feedback_terms
+            )
+            if terms:
+                variants.append(("prf", f"{query} {' '.join(terms)}", {}))
+        if multi.vocabulary_expansion:
+            terms = self._expansion_terms(query, level=1)
+            if terms:
+                variants.append(("expansion", f"{query} {' '.join(terms)}", terms))
+        if self._reformulator is not None:
+            try:
+                for i, text in enumerate(self._reformulator.reformulate(query, multi.llm_reformulations)):
+                    variants.append((f"llm{i + 1}", text, {}))
+            except RuntimeError as exc:
+                trace.diagnostics["llm_error"] = str(exc)
+                logger.warning("%s; searching without LLM reformulations", exc)
+        return variants
+
+    def _lexical_count(self) -> int:
+        return self._lexical.count() if self._lexical is not None else 0
+
+    def _search_and_fuse(self, plan: _Plan, query: str, expansion_terms: dict[str, float]) -> list[_Candidate]:
+        """Run the strategies in parallel (reusing what this request already ran) and fuse."""
+        futures = {}
+        per_strategy: dict[str, list[StoreHit]] = {}
+        for name in plan.strategies:
+            # Expansion and tags change only BM25: the other strategies' results are reused on retries.
+            cache_key = (name, query if name != "bm25" else f"{query}\x00{sorted(expansion_terms.items())}")
+            if cache_key in plan.cache:
+                per_strategy[name] = plan.cache[cache_key]
+                continue
+            futures[name] = (
+                cache_key,
+                self._pool.submit(_timed, self._searchers[name], query, plan.depth, plan.filters, expansion_terms, plan.tag_terms),
+            )
+        timings = plan.trace.timings_ms
+        for name, (cache_key, future) in futures.items():
+            hits, elapsed = future.result()
+            plan.cache[cache_key] = per_strategy[name] = hits
+            timings[f"{name}_ms"] = timings.get(f"{name}_ms", 0.0) + elapsed
+        with plan.trace.stage("fusion"):
+            candidates = self._fuse(per_strategy, plan)
+        plan.trace.diagnostics["candidates"] = {name: len(hits) for name, hits in per_strategy.items()}
+        return candidates
+
+    def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], plan: _Plan) -> list[_Candidate]:
         key = (lambda h: h.payload["doc_id"]) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
-        rankings: dict[str, list[str]] = {}
+        scored: dict[str, list[tuple[str, float]]] = {}
         provenance: dict[str, dict[str, StrategyScore]] = {}
         best_hit: dict[str, tuple[int, StoreHit]] = {}
         for name, hits in per_strategy.items():
-            ranking: list[str] = []
+            ranking: list[tuple[str, float]] = []
             seen: set[str] = set()
             for hit in hits:  # hits arrive best first; keep each key's best chunk
                 item = key(hit)
-                if item in seen:
+                if item in seen or hit.payload["doc_id"] in plan.excluded or hit.chunk_id in plan.excluded:
                     continue
                 seen.add(item)
-                ranking.append(item)
+                ranking.append((item, hit.score))
                 rank = len(ranking)
                 provenance.setdefault(item, {})[name] = StrategyScore(score=hit.score, rank=rank)
                 if item not in best_hit or rank < best_hit[item][0]:
                     best_hit[item] = (rank, hit)
-            rankings[name] = ranking
-        fused = reciprocal_rank_fusion(rankings, k=self.settings.rrf_k)[:top_k]
-        return [_to_scored_hit(best_hit[item][1], score, provenance[item]) for item, score in fused]
+            scored[name] = ranking
+        fusion = self.settings.fusion
+        if len(scored) == 1:  # one strategy: its own scores, not a fusion of one
+            fused = next(iter(scored.values()))
+        else:
+            fused = fuse(
+                scored, plan.fusion, rrf_k=fusion.rrf_k, weights=fusion.weights, similarity_weight=fusion.similarity_weight
+            )
+        return [_Candidate(item, best_hit[item][1], score, provenance[item]) for item, score in fused]
+
+    # -- graph and rerank -----------------------------------------------------------------------
+
+    def _expand_graph(self, candidates: list[_Candidate], plan: _Plan, tenant_id: str | None) -> list[_Candidate]:
+        """Add related tools from a bounded graph walk; they obey the same filters and exclusions."""
+        assert self._graph is not None and self._lexical is not None
+        graph = self.settings.graph
+        if not candidates:
+            return candidates
+        # Fused scores may be negative (z-score, cosine): walk from [0, 1] scores, same order.
+        low, high = min(c.score for c in candidates), max(c.score for c in candidates)
+        normalised = {c.key: (c.score - low) / (high - low) if high > low else 1.0 for c in candidates}
+        seeds = [(c.hit.payload["doc_id"], normalised[c.key]) for c in candidates[: graph.seeds]]
+        present = {c.hit.payload["doc_id"] for c in candidates}
+        found = self._graph.expand(
+            seeds, tenant_id=tenant_id, max_depth=graph.max_depth, max_nodes=graph.max_nodes, decay=graph.decay
+        )
+        found = [g for g in found if g.doc_id not in present and g.doc_id not in plan.excluded]
+        fetched = self._lexical.fetch_documents([g.doc_id for g in found], plan.filters)
+        payloads = {hit.payload["doc_id"]: hit for hit in fetched}
+        added = [
+            _Candidate(
+                key=g.doc_id if self.settings.collapse_chunks else payloads[g.doc_id].chunk_id,
+                hit=payloads[g.doc_id],
+                score=g.score,
+                strategy_scores={"graph": StrategyScore(score=g.score, rank=rank)},
+                graph_path=list(g.path),
+            )
+            for rank, g in enumerate((g for g in found if g.doc_id in payloads), start=1)
+        ]
+        plan.trace.diagnostics["graph"] = {"seeds": [s for s, _ in seeds], "added": [c.key for c in added]}
+        if not added:
+            return candidates
+        plan.trace.diagnostics["graph"]["scores"] = "min-max normalised so graph hits share the scale"
+        return sorted([_rescored(c, normalised[c.key]) for c in candidates] + added, key=lambda c: -c.score)
+
+    def _rerank(self, query: str, candidates: list[_Candidate], trace: _Trace) -> list[_Candidate]:
+        """Cross-encoder scores for the head of the list; its best ``output`` lead, the rest keep their order."""
+        assert self._reranker is not None
+        rerank = self.settings.rerank
+        head = candidates[: rerank.candidates]
+        first_stage_scores = {c.key: c.score for c in head}
+        passages = [f"{c.hit.payload.get('title', '')}\n{c.hit.payload.get('text', '')}".strip() for c in head]
+        scores = self._reranker.score(query, passages).tolist()
+        for rank, (candidate, score) in enumerate(zip(head, scores, strict=True), start=1):
+            candidate.first_stage_rank = rank
+            candidate.strategy_scores["rerank"] = StrategyScore(score=score, rank=0)
+        by_rerank = sorted(head, key=lambda c: (-c.strategy_scores["rerank"].score, c.first_stage_rank))
+        for rank, candidate in enumerate(by_rerank, start=1):
+            candidate.strategy_scores["rerank"].rank = rank
+        if rerank.fuse_with_first_stage:
+            fused = reciprocal_rank_fusion(
+                {"first_stage": [c.key for c in head], "rerank": [c.key for c in by_rerank]}, k=self.settings.fusion.rrf_k
+            )
+            by_key = {c.key: c for c in head}
+            order = [_rescored(by_key[key], score) for key, score in fused]
+        else:
+            order = [_rescored(c, c.strategy_scores["rerank"].score) for c in by_rerank]
+        leading = order[: rerank.output]
+        lead_keys = {c.key for c in leading}
+        rest = [c for c in candidates if c.key not in lead_keys]
+        trace.diagnostics["rerank"] = {
+            "model": self._reranker.model_name,
+            "scored": len(head),
+            # How far the reranker moved each leading hit: first-stage rank -> new rank.
+            "moves": [
+                {
+                    "key": c.key,
+                    "from": c.first_stage_rank,
+                    "to": i,
+                    "first_stage_score": round(first_stage_scores[c.key], 6),
+                    "rerank_score": round(c.strategy_scores["rerank"].score, 4),
+                }
+                for i, c in enumerate(leading, start=1)
+            ],
+            "mean_abs_rank_change": round(
+                sum(abs((c.first_stage_rank or i) - i) for i, c in enumerate(leading, start=1)) / max(len(leading), 1), 3
+            ),
+        }
+        return leading + rest
+
+    def __enter__(self) -> HybridRetriever:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._reformulator is not None:
+            self._reformulator.close()
         for store in self._stores:
             store.close()
+
+
+def _mentioned_id(token: str) -> str | None:
+    """The document id a query token may name: ``doc:X`` / ``id:X``, or a token mixing digits with
+    other characters (``P19-1001``); plain numbers and words are ordinary query text."""
+    stripped = token.strip(",;()\"'")
+    prefixed = _ID_PREFIX.match(stripped)
+    if prefixed:
+        return prefixed.group("id")
+    return stripped if _ID_LIKE.match(stripped) else None
 
 
 def _timed(fn: Callable[..., list[StoreHit]], *args: Any) -> tuple[list[StoreHit], float]:
@@ -126,17 +514,24 @@ def _timed(fn: Callable[..., list[StoreHit]], *args: Any) -> tuple[list[StoreHit
     return result, (time.perf_counter() - started) * 1000
 
 
-def _to_scored_hit(hit: StoreHit, score: float, strategy_scores: dict[str, StrategyScore]) -> ScoredHit:
-    payload = hit.payload
+def _rescored(candidate: _Candidate, score: float) -> _Candidate:
+    candidate.score = score
+    return candidate
+
+
+def _to_scored_hit(candidate: _Candidate) -> ScoredHit:
+    payload = candidate.hit.payload
     reserved = {"doc_id", "chunk_id", "text", "title", "section", "tenant_id"}
     return ScoredHit(
         doc_id=payload["doc_id"],
-        chunk_id=hit.chunk_id,
+        chunk_id=candidate.hit.chunk_id,
         text=payload.get("text", ""),
         title=payload.get("title", ""),
         section=payload.get("section", "body"),
         tenant_id=payload.get("tenant_id", "default"),
-        score=score,
-        strategy_scores=strategy_scores,
+        score=candidate.score,
+        strategy_scores=candidate.strategy_scores,
+        first_stage_rank=candidate.first_stage_rank,
+        graph_path=candidate.graph_path,
         metadata={k: v for k, v in payload.items() if k not in reserved},
     )

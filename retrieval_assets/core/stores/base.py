@@ -13,7 +13,7 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
@@ -97,8 +97,24 @@ class LexicalStore(IndexStore):
 
     @abstractmethod
     def search_text(
-        self, query: str, top_k: int, filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]: ...
+        self,
+        query: str,
+        top_k: int,
+        filters: Sequence[MetadataFilter] = (),
+        *,
+        expansion_terms: Mapping[str, float] | None = None,
+        tag_terms: Sequence[str] = (),
+    ) -> list[StoreHit]:
+        """BM25 over the query's words, plus ``expansion_terms`` (word -> weight in [0, 1]) as
+        weaker optional terms and ``tag_terms`` (exact ``tags`` values) as a score bonus;
+        neither may widen the set that ``filters`` allows."""
+
+    @abstractmethod
+    def fetch_documents(
+        self, doc_ids: Sequence[str], filters: Sequence[MetadataFilter] = ()
+    ) -> list[StoreHit]:
+        """The first chunk of each given document that passes ``filters``, in ``doc_ids`` order,
+        score 0.0; unknown or filtered-out ids are absent."""
 
 
 # ---------------------------------------------------------------------------

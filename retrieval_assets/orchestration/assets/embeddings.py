@@ -10,7 +10,7 @@ from retrieval_assets.core.settings import VocabularySettings
 from retrieval_assets.core.tables import frame_to_chunks
 from retrieval_assets.core.vocabulary import build_vocabulary
 from retrieval_assets.orchestration.metadata import log_progress, preview, stopwatch
-from retrieval_assets.orchestration.resources import ModelResource
+from retrieval_assets.orchestration.resources import IndexStorageResource, ModelResource
 
 GROUP = "embeddings"
 
@@ -60,13 +60,20 @@ def sparse_embeddings(context: AssetExecutionContext, models: ModelResource, chu
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
 def vocabulary(
-    context: AssetExecutionContext, config: VocabularyConfig, models: ModelResource, chunks: pd.DataFrame
+    context: AssetExecutionContext,
+    config: VocabularyConfig,
+    models: ModelResource,
+    storage: IndexStorageResource,
+    chunks: pd.DataFrame,
 ) -> MaterializeResult[pd.DataFrame]:
-    """Terms from names, descriptions and keywords with their embeddings, for query expansion."""
+    """Terms from names, descriptions and keywords with their embeddings, for query expansion.
+
+    Also written next to the indexes, where the query resource reads it without Dagster."""
     encoder = models.dense_encoder()
     with stopwatch() as timer:
         settings = VocabularySettings(min_doc_freq=config.min_doc_freq, max_terms=config.max_terms)
         frame = build_vocabulary(frame_to_chunks(chunks), encoder, settings, log_progress(context, "vocabulary"))
+        pipeline.write_vocabulary(frame, storage.layout())
     sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
     return MaterializeResult(
         value=frame,
@@ -74,6 +81,7 @@ def vocabulary(
             "terms": len(frame),
             "model": encoder.model_name,
             "terms_by_source": MetadataValue.json(sources),
+            "path": str(storage.layout().vocabulary),
             "seconds": timer["seconds"],
             "preview": preview(frame, ["term", "doc_freq", "sources"], rows=10),
         },

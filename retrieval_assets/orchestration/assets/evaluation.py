@@ -13,6 +13,8 @@ from retrieval_assets.core.benchmark import (
     ndcg_histogram,
     summarize,
 )
+from retrieval_assets.orchestration.assets.embeddings import vocabulary
+from retrieval_assets.orchestration.assets.graph import knowledge_graph
 from retrieval_assets.orchestration.assets.indexes import faiss_index, lexical_index, qdrant_index
 from retrieval_assets.orchestration.metadata import log_progress, stopwatch
 from retrieval_assets.orchestration.resources import CatalogResource, IndexStorageResource, SearchResource
@@ -20,7 +22,8 @@ from retrieval_assets.orchestration.resources import CatalogResource, IndexStora
 GROUP = "evaluation"
 
 
-@asset(group_name=GROUP, deps=[faiss_index, qdrant_index, lexical_index])
+# The query resource reads the vocabulary and the graph too, so evaluation waits for them.
+@asset(group_name=GROUP, deps=[faiss_index, qdrant_index, lexical_index, vocabulary, knowledge_graph])
 def retrieval_evaluation(
     context: AssetExecutionContext,
     catalog: CatalogResource,
@@ -49,7 +52,7 @@ def retrieval_evaluation(
             "evaluated": True,
             "queries": reports[DEFAULT_CONFIGURATION].queries,
             "configuration": DEFAULT_CONFIGURATION,
-            "strategies": ", ".join(CONFIGURATIONS[DEFAULT_CONFIGURATION]),
+            "options": MetadataValue.json(CONFIGURATIONS[DEFAULT_CONFIGURATION]),
             **{metric: MetadataValue.float(value) for metric, value in default.items()},
             "configurations": MetadataValue.md(table.to_markdown(index=False)),
             "ndcg@10_distribution": MetadataValue.md(histogram.to_markdown(index=False)),

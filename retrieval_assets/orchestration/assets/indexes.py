@@ -16,7 +16,7 @@ from dagster import (
 from retrieval_assets.core import pipeline
 from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.orchestration.metadata import stopwatch
-from retrieval_assets.orchestration.resources import IndexStorageResource, ModelResource
+from retrieval_assets.orchestration.resources import IndexStorageResource, ModelResource, SearchResource
 
 GROUP = "indexes"
 # Nightly builds: warn when an index misses one night, fail when it misses two.
@@ -78,13 +78,16 @@ def faiss_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
+    search: SearchResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
 ) -> MaterializeResult:
     """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
     path = storage.layout().faiss
     with stopwatch() as timer:
-        store = pipeline.build_faiss_index(path, chunks, dense_embeddings, models.dense_model)
+        store = pipeline.build_faiss_index(
+            path, chunks, dense_embeddings, models.dense_model, search.retrieval_settings().context_tokens
+        )
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
         store,
@@ -101,6 +104,7 @@ def qdrant_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
+    search: SearchResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     sparse_embeddings: pd.DataFrame,
@@ -109,7 +113,13 @@ def qdrant_index(
     path = storage.layout().qdrant
     with stopwatch() as timer:
         store = pipeline.build_qdrant_index(
-            path, chunks, dense_embeddings, sparse_embeddings, models.dense_model, models.sparse_model
+            path,
+            chunks,
+            dense_embeddings,
+            sparse_embeddings,
+            models.dense_model,
+            models.sparse_model,
+            search.retrieval_settings().context_tokens,
         )
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
@@ -125,11 +135,11 @@ def qdrant_index(
 
 @asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("lexical_index", dense=False))
 def lexical_index(
-    context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame
+    context: AssetExecutionContext, storage: IndexStorageResource, search: SearchResource, chunks: pd.DataFrame
 ) -> MaterializeResult:
-    """tantivy BM25 index (English stemming, title boosted) with filterable payload fields."""
+    """tantivy BM25 index with filterable payload fields, context tokens and facet values."""
     path = storage.layout().lexical
     with stopwatch() as timer:
-        store = pipeline.build_lexical_index(path, chunks)
+        store = pipeline.build_lexical_index(path, chunks, search.retrieval_settings().context_tokens)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
     return _index_result(store, chunks, timer["seconds"], path=str(path))
