@@ -121,6 +121,39 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The HTTP API (retrieval_assets.serving) over the current indexes, with uvicorn."""
+    from retrieval_assets.serving.server import serve
+
+    serve(args.host, args.port, access_log=args.access_log)
+    return 0
+
+
+def cmd_loadtest(args: argparse.Namespace) -> int:
+    """POST /search at each concurrency level; the last stdout line is the JSON figures."""
+    from retrieval_assets.serving.loadtest import load_queries, run_load_test
+
+    try:
+        levels = [int(level) for level in args.concurrency.split(",")]
+        figures = run_load_test(
+            args.url,
+            levels,
+            args.requests,
+            load_queries(args.queries),
+            max_seconds=args.max_seconds,
+            top_k=args.top_k,
+            progress=_tqdm_progress,
+        )
+    except ValueError as exc:
+        print(f"loadtest: {exc}", file=sys.stderr)
+        return 2
+    line = json.dumps(figures)
+    if args.json_out:
+        Path(args.json_out).write_text(line + "\n")
+    print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retrieval-assets", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -151,6 +184,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workdir", help="keep the built indexes here instead of a temporary directory")
     bench.add_argument("--no-rerank", action="store_true", help="skip the hybrid+rerank configuration")
     bench.set_defaults(func=cmd_bench)
+
+    serve = sub.add_parser("serve", help="serve the HTTP API (search, stream, documents, health) with uvicorn")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True, help="log every request")
+    serve.set_defaults(func=cmd_serve)
+
+    loadtest = sub.add_parser("loadtest", help="load-test a running API's POST /search at several concurrency levels")
+    loadtest.add_argument("--url", default="http://127.0.0.1:8000", help="base URL of `retrieval-assets serve`")
+    loadtest.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrency levels")
+    loadtest.add_argument("--requests", type=int, default=200, help="measured requests per level")
+    loadtest.add_argument("--max-seconds", type=float, default=60.0, help="time limit per level")
+    loadtest.add_argument("--queries", help="query texts: one per line, or JSONL with text (default: built-in sample)")
+    loadtest.add_argument("--top-k", type=int, default=10)
+    loadtest.add_argument("--json-out", help="also write the result JSON to this file")
+    loadtest.set_defaults(func=cmd_loadtest)
     return parser
 
 

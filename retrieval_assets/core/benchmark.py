@@ -24,12 +24,13 @@ from retrieval_assets.core.tables import chunks_to_frame
 from retrieval_assets.core.vocabulary import build_vocabulary
 
 # Configuration name -> search request options. "hybrid" is exactly what the query resource does
-# by default (the configured fusion, no rerank); the others each change one thing.
+# by default (BM25 + dense, min-max fusion, no rerank); the others each change one thing.
 CONFIGURATIONS: dict[str, dict[str, Any]] = {
     "bm25": {"strategies": ["bm25"]},
     "dense": {"strategies": ["dense"]},
     "splade": {"strategies": ["splade"]},
     "hybrid": {},
+    "hybrid+splade": {"strategies": ["bm25", "splade", "dense"]},
     "hybrid_rrf": {"fusion": "rrf"},
     "hybrid_minmax": {"fusion": "minmax"},
     "hybrid_zscore": {"fusion": "zscore"},

@@ -1,0 +1,16 @@
+"""Serving: the HTTP API over the query resource (``http_api``), and a load test for it (``loadtest``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so the load-test client does not import FastAPI, Dagster and the models' stack.
+    if name == "create_app":
+        from retrieval_assets.serving.http_api import create_app
+
+        return create_app
+    raise AttributeError(name)

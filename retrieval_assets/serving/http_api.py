@@ -1,0 +1,323 @@
+"""The HTTP API (FastAPI) over the one query entry point.
+
+Every query goes through ``HybridRetriever.run(SearchRequest)``, the path ``SearchResource``,
+the evaluation asset and the CLI use, so an answer over HTTP is the answer the evaluation measured.
+
+* ``POST /search``: a ``SearchRequest`` as JSON; answers the ``RetrievalResult`` (hits with
+  per-strategy provenance, fusion, strategies, rerank and refine flags, timings, diagnostics).
+* ``GET /search/stream``: the same search as Server-Sent Events: a ``meta`` event (query,
+  strategies, fusion, count, timings, diagnostics), one ``hit`` event per hit, then ``done``.
+* ``POST /documents``: one catalog record, cleaned by the catalog's own rules; a record that
+  would be quarantined is a 422 with the quarantine reason. Accepted documents are appended to
+  the inbox (``$RETRIEVAL_ASSETS_HOME/inbox/documents.jsonl``, see ``inbox.py``) and answered with
+  202: they become searchable after the next build, which reads the inbox.
+* ``GET /documents/{id}``: the indexed document (its first chunk) or the pending one.
+* ``GET /health``: each backend's readiness and count, vocabulary and graph, and the index version.
+
+Bad input (query length, ``top_k`` range, filter shape, malformed control tags, a natural-language
+filter that leaves nothing to search) is a 422 whose ``detail`` says what is wrong.
+"""
+
+import json
+import logging
+from http import HTTPStatus
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from retrieval_assets.core.catalog import CatalogFormat, RawRow
+from retrieval_assets.core.cleaning import clean_rows
+from retrieval_assets.core.models import RetrievalResult, SearchRequest
+from retrieval_assets.core.pipeline import IndexLayout
+from retrieval_assets.core.retrieval.retriever import HybridRetriever
+from retrieval_assets.orchestration.resources import SearchResource
+from retrieval_assets.serving.inbox import DocumentInbox
+from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
+
+logger = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 1_000
+MAX_TOP_K = 1_000
+MAX_TENANT_CHARS = 200
+MAX_CONTEXT_ITEMS = 32
+# A document body larger than this is refused before it is read (cleaning caps text at 200k chars).
+MAX_DOCUMENT_BYTES = 2_000_000
+
+TenantParam = Annotated[str | None, Query(min_length=1, max_length=MAX_TENANT_CHARS, description="only this tenant")]
+StrategyName = Literal["bm25", "splade", "dense"]
+FusionName = Literal["rrf", "minmax", "zscore", "similarity_rrf"]
+
+
+class _SearchFields(BaseModel):
+    """Fields shared by the JSON body of ``POST /search`` and the query string of the stream."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+    tenant: str | None = Field(
+        None, min_length=1, max_length=MAX_TENANT_CHARS, validation_alias=AliasChoices("tenant", "tenant_id")
+    )
+    strategies: list[StrategyName] | None = Field(None, min_length=1, max_length=3)
+    fusion: FusionName | None = None
+    rerank: bool | None = None
+    expand: bool | None = None
+    multi_query: bool | None = None
+    context_files: list[Annotated[str, Field(max_length=255)]] = Field(default_factory=list, max_length=MAX_CONTEXT_ITEMS)
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # The stream's query string may say strategies=bm25,dense as well as strategies=bm25&strategies=dense.
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [part.strip() for v in value for part in v.split(",") if part.strip()]
+        return value
+
+    def to_request(self, filters: dict[str, Any] | None, context_metadata: dict[str, Any]) -> SearchRequest:
+        return SearchRequest(
+            query=self.query,
+            top_k=self.top_k,
+            filters=filters,
+            tenant_id=self.tenant,
+            strategies=list(self.strategies) if self.strategies else None,
+            fusion=self.fusion,
+            rerank=self.rerank,
+            expand=self.expand,
+            multi_query=self.multi_query,
+            context_files=self.context_files,
+            context_metadata=context_metadata,
+        )
+
+
+class SearchBody(_SearchFields):
+    filters: dict[str, Any] | None = Field(
+        None, max_length=MAX_CONTEXT_ITEMS, examples=[{"license": ["MIT", "GPL-3.0"], "year": {"gte": 2019}}]
+    )
+    context_metadata: dict[str, Any] = Field(default_factory=dict, max_length=MAX_CONTEXT_ITEMS)
+
+
+class StreamParams(_SearchFields):
+    filters: str | None = Field(None, description="JSON object, as in POST /search", max_length=10_000)
+    context_metadata: str | None = Field(None, description="JSON object, as in POST /search", max_length=10_000)
+
+
+class DocumentView(BaseModel):
+    status: Literal["indexed", "pending"]
+    doc_id: str
+    tenant_id: str
+    title: str
+    text: str  # indexed: the text of the first chunk
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    chunk_id: str | None = None  # indexed only
+    received_at: str | None = None  # pending only
+
+
+class DocumentAccepted(BaseModel):
+    status: Literal["pending"] = "pending"
+    document: DocumentView
+    message: str = "accepted; searchable after the next index build"
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    error: str  # the core's exception class (ControlTagError, FilterError), else the HTTP status phrase
+    reason: str | None = None  # POST /documents: the quarantine reason
+    errors: list[dict[str, Any]] | None = None  # schema violations, one per field
+
+
+def create_app(
+    search: SearchResource | Callable[[], HybridRetriever],
+    *,
+    layout: IndexLayout | None = None,
+    home: Path | None = None,
+    catalog_format: CatalogFormat = "beir",
+    default_tenant: str = "default",
+    warm_up: bool = True,
+) -> FastAPI:
+    """The API over a ``SearchResource`` or a factory of ``HybridRetriever`` (then ``layout`` is required).
+
+    ``home`` holds the inbox (default: the storage home, or the parent of ``layout.root``);
+    ``catalog_format`` and ``default_tenant`` are how posted documents are cleaned, as the catalog is.
+    """
+    if isinstance(search, SearchResource):
+        service = SearchService.from_resource(search)
+        home = home or Path(search.storage.home)
+    else:
+        if layout is None:
+            raise TypeError("create_app(factory) needs layout= (where the factory's indexes live)")
+        service = SearchService(search, layout)
+        home = home or layout.root.parent
+    inbox = DocumentInbox.under(home)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warm_up:
+            try:  # load models and open indexes before the first request, not during it
+                await run_in_threadpool(service.retriever)
+            except UNAVAILABLE_ERRORS as exc:
+                logger.warning("indexes not available yet (see GET /health): %s", exc)
+        yield
+        await run_in_threadpool(service.close)
+
+    app = FastAPI(
+        title="retrieval_assets",
+        summary="Hybrid search (BM25 + SPLADE + dense, fused) over the indexes the Dagster assets build.",
+        lifespan=lifespan,
+        responses={422: {"model": ErrorBody, "description": "invalid request; `detail` says why"}},
+    )
+    app.state.service = service
+    app.state.inbox = inbox
+
+    @app.exception_handler(ValueError)
+    async def bad_request(_: Request, exc: ValueError) -> JSONResponse:
+        # The core raises ValueError subclasses (ControlTagError, FilterError) for requests it cannot answer.
+        return _error(422, str(exc), type(exc).__name__)
+
+    def _search(request: SearchRequest) -> RetrievalResult:
+        try:
+            return service.run(request)
+        except UNAVAILABLE_ERRORS as exc:
+            raise HTTPException(503, f"indexes not available: {exc}") from None
+
+    @app.post("/search", response_model=RetrievalResult, tags=["search"])
+    def post_search(body: SearchBody) -> RetrievalResult:
+        """Hybrid search; the result carries each hit's per-strategy scores and ranks."""
+        return _search(body.to_request(body.filters, body.context_metadata))
+
+    def stream_result(params: Annotated[StreamParams, Query()]) -> RetrievalResult:
+        filters = _json_object(params.filters, "filters")
+        return _search(params.to_request(filters, _json_object(params.context_metadata, "context_metadata") or {}))
+
+    @app.get("/search/stream", response_class=EventSourceResponse, tags=["search"])
+    def get_search_stream(result: Annotated[RetrievalResult, Depends(stream_result)]) -> Iterator[ServerSentEvent]:
+        """Server-Sent Events: ``meta`` (query, strategies, fusion, count, timings), one ``hit`` per hit, ``done``."""
+        # The search runs in the dependency, so a bad request is a 422 before the stream opens.
+        meta = result.model_dump(exclude={"hits"}) | {"count": len(result.hits)}
+        yield ServerSentEvent(event="meta", data=meta)
+        for rank, hit in enumerate(result.hits, start=1):
+            yield ServerSentEvent(event="hit", id=str(rank), data={"rank": rank, **hit.model_dump()})
+        yield ServerSentEvent(event="done", data={"count": len(result.hits)})
+
+    @app.post(
+        "/documents",
+        status_code=202,
+        response_model=DocumentAccepted,
+        tags=["documents"],
+        responses={413: {"model": ErrorBody}},
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "description": f"One catalog record in the catalog's format ({catalog_format}).",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        },
+    )
+    async def post_document(request: Request, tenant: TenantParam = None) -> DocumentAccepted:
+        """Clean one record as the catalog is cleaned and queue it for the next build."""
+        row = _raw_row(await _read_body(request))
+        cleaned = await run_in_threadpool(clean_rows, [row], catalog_format, tenant or default_tenant)
+        if cleaned.quarantine:
+            rejected = cleaned.quarantine[0]
+            raise _Quarantined(rejected.reason, rejected.detail or rejected.reason)
+        document = cleaned.documents[0]
+        entry = await run_in_threadpool(inbox.append, document, json.loads(row.raw), catalog_format)
+        return DocumentAccepted(document=_pending_view(entry.document.model_dump(), entry.received_at))
+
+    @app.exception_handler(_Quarantined)
+    async def quarantined(_: Request, exc: _Quarantined) -> JSONResponse:
+        return _error(exc.status, f"{exc.reason}: {exc.detail}", "QuarantinedRecord", reason=exc.reason)
+
+    @app.get(
+        "/documents/{doc_id:path}",
+        response_model=DocumentView,
+        tags=["documents"],
+        responses={404: {"model": ErrorBody}},
+    )
+    def get_document(doc_id: str, tenant: TenantParam = None) -> DocumentView:
+        """The indexed document (its first chunk), else the pending one from the inbox."""
+        hit = service.fetch_document(doc_id, tenant)
+        if hit is not None:
+            payload = dict(hit.payload)
+            core = {key: payload.pop(key) for key in ("doc_id", "tenant_id", "title", "text", "chunk_id")}
+            payload.pop("section", None)
+            return DocumentView(status="indexed", metadata=payload, **core)
+        entry = inbox.find(doc_id, tenant)
+        if entry is not None:
+            return _pending_view(entry.document.model_dump(), entry.received_at)
+        raise HTTPException(404, f"no document {doc_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
+
+    @app.get("/health", response_model=Health, tags=["health"], responses={503: {"model": Health}})
+    def get_health() -> JSONResponse:
+        """Each backend's readiness and count, whether the vocabulary and graph are present, and the index version."""
+        health = service.health()
+        return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), HTTPStatus(exc.status_code).phrase)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # One line per field, without echoing the (possibly huge or hostile) input back.
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in errors)
+        return _error(422, detail, "RequestValidationError", errors=errors)
+
+    return app
+
+
+class _Quarantined(Exception):
+    def __init__(self, reason: str, detail: str, status: int = 422) -> None:
+        super().__init__(detail)
+        self.reason, self.detail, self.status = reason, detail, status
+
+
+def _error(status: int, detail: str, error: str, **extra: Any) -> JSONResponse:
+    return JSONResponse(ErrorBody(detail=detail, error=error, **extra).model_dump(exclude_none=True), status)
+
+
+def _json_object(text: str | None, name: str) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HTTPException(422, f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise HTTPException(422, f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it is larger than ``MAX_DOCUMENT_BYTES``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_DOCUMENT_BYTES:
+        raise _Quarantined("too_large", f"body over {MAX_DOCUMENT_BYTES:,} bytes", status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_DOCUMENT_BYTES:
+            raise _Quarantined("too_large", f"body over {MAX_DOCUMENT_BYTES:,} bytes", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _raw_row(body: bytes) -> RawRow:
+    """The body as the catalog reader would see it as one line (BOM dropped, invalid UTF-8 flagged)."""
+    body = body.removeprefix(b"\xef\xbb\xbf").strip()
+    try:
+        return RawRow(source="http", line_number=1, raw=body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return RawRow(source="http", line_number=1, raw=body.decode("utf-8", errors="replace"), utf8_error=True)
+
+
+def _pending_view(document: dict[str, Any], received_at: str) -> DocumentView:
+    return DocumentView(status="pending", received_at=received_at, **document)
