@@ -52,7 +52,9 @@ from retrieval_assets.core.stores.qdrant_server_store import connect as qdrant_c
 SECRET = "s3cret-Pa55"
 FIELD_TYPES = {"license": "keyword", "tags": "keyword", "year": "integer", "stars": "float", "open_source": "bool"}
 # Tenant + set + range + bool: what every query must carry in filter context.
-FILTER_SPEC = {"tenant_id": "acme", "license": ["MIT", "GPL-3.0"], "year": {"gte": 2015.5, "lte": 2020}, "open_source": "true"}
+FILTER_SPEC = {
+    "tenant_id": "acme", "license": ["MIT", "GPL-3.0"], "year": {"gte": 2015.5, "lte": 2020}, "open_source": "true",
+}
 
 
 def payload(i: int, tenant: str = "acme", **extra: Any) -> dict[str, Any]:
@@ -182,6 +184,7 @@ def test_opensearch_index_is_created_from_the_versioned_mapping(recorder):
                 "backend": "opensearch",
                 "mapping_version": 1,
                 "alias": "chunks",
+                "sparse": True,
                 "field_types": FIELD_TYPES,
                 "schema_names": {
                     "license": "m_license",
@@ -274,10 +277,20 @@ def test_opensearch_lexical_write_keeps_splade_features(recorder, sleeps):
     }
 
 
+def test_opensearch_lexical_only_index(recorder, sleeps):
+    store = os_store(recorder, sleeps, sparse=False)
+    store.add([payload(0)])
+    action, source = recorder.requests[0].ndjson()
+    assert action == {"index": {"_id": "d0#0"}} and "splade_features" not in source
+    with pytest.raises(ValueError, match="sparse=False"):
+        store.upsert_sparse([payload(0)], [SparseVector(indices=[1], values=[1.0])])
+
+
 def test_opensearch_bulk_retries_429_then_200_with_backoff(recorder, sleeps, caplog):
     store = os_store(recorder, sleeps)
     recorder.reply(429, {"error": {"type": "rejected_execution_exception", "reason": "bulk queue full"}, "status": 429})
-    recorder.reply(503, {"error": {"type": "unavailable_shards_exception", "reason": "primary not active"}, "status": 503})
+    unavailable = {"type": "unavailable_shards_exception", "reason": "primary not active"}
+    recorder.reply(503, {"error": unavailable, "status": 503})
     recorder.reply(200, bulk_response(("index", "d0#0", 201, None)))
     with caplog.at_level(logging.WARNING):
         store.upsert_sparse([payload(0)], [SparseVector(indices=[1], values=[1.0])])
@@ -403,7 +416,8 @@ def test_opensearch_text_query_title_boost_and_empty_queries(recorder, sleeps):
 def test_opensearch_sparse_query_body(recorder, sleeps):
     store = os_store(recorder, sleeps)
     recorder.reply(200, search_response(payload(3), scores=[2.5]))
-    hits = store.search_sparse(SparseVector(indices=[2023, 7, 99], values=[1.5, 0.25, 0.0]), 10, parse_filters(FILTER_SPEC))
+    query = SparseVector(indices=[2023, 7, 99], values=[1.5, 0.25, 0.0])
+    hits = store.search_sparse(query, 10, parse_filters(FILTER_SPEC))
     assert recorder.requests[0].json() == {
         "size": 10,
         "track_total_hits": False,
@@ -489,12 +503,14 @@ def test_opensearch_promotion_is_one_atomic_aliases_call(recorder, sleeps):
 
 def test_opensearch_open_resolves_the_alias_and_checks_the_mapping_version(recorder, sleeps):
     client = os_client(recorder)
-    meta = {"backend": "opensearch", "mapping_version": 1, "alias": "chunks", "field_types": {"year": "integer"},
+    meta = {"backend": "opensearch", "mapping_version": 1, "alias": "chunks", "sparse": True,
+            "field_types": {"year": "integer"},
             "schema_names": {"year": "m_year"}, "title_boost": 0.5}
     recorder.reply(200, {"chunks-v1": {"aliases": {"chunks": {}}}})
     recorder.reply(200, {"chunks-v1": {"mappings": {"_meta": meta, "properties": {}}}})
     store = OpenSearchStore.open(client, "chunks")
-    assert (store.index, store.alias, store.field_types, store.title_boost) == ("chunks-v1", "chunks", {"year": "integer"}, 0.5)
+    assert (store.index, store.alias, store.title_boost) == ("chunks-v1", "chunks", 0.5)
+    assert store.field_types == {"year": "integer"}
     assert [r.url for r in recorder.requests] == ["/_alias/chunks", "/chunks-v1/_mapping"]
     recorder.reply(404, {"error": "alias [chunks-v0] missing", "status": 404})
     recorder.reply(200, {"chunks-v0": {"mappings": {"_meta": {**meta, "mapping_version": 0}}}})
@@ -507,7 +523,8 @@ def test_opensearch_open_resolves_the_alias_and_checks_the_mapping_version(recor
 
 
 def test_opensearch_snapshot_into_the_configured_repository(recorder, sleeps):
-    assert pytest.raises(ValueError, os_store(recorder, sleeps).snapshot).match("no snapshot repository")
+    with pytest.raises(ValueError, match="no snapshot repository"):
+        os_store(recorder, sleeps).snapshot()
     store = os_store(recorder, sleeps, snapshot_repository="backups")
     recorder.reply(200, {"snapshot": {"snapshot": "nightly", "indices": ["chunks-v1"], "state": "SUCCESS"}})
     assert store.snapshot("nightly") == "nightly"
@@ -526,6 +543,10 @@ def test_opensearch_snapshot_into_the_configured_repository(recorder, sleeps):
 def test_opensearch_secrets_are_masked_and_api_keys_sent_as_is(recorder):
     settings = OpenSearchSettings(url="https://search.example:9200", username="admin", password=SECRET)
     assert SECRET not in repr(settings) and SECRET not in str(settings)
+    client = connect(settings, connection_class=recorder.connection_class())
+    store = OpenSearchStore.create(client, "chunks", version="v0")
+    assert SECRET not in repr(client) and SECRET not in repr(store)
+    recorder.requests.clear()
     keyed = OpenSearchSettings(url="https://search.example:9200", api_key="os_token123")
     OpenSearchStore.create(connect(keyed, connection_class=recorder.connection_class()), "chunks", version="v1")
     assert recorder.requests[0].headers["authorization"] == "ApiKey os_token123"
@@ -621,7 +642,8 @@ def test_qdrant_query_requests_json():
     }
     from qdrant_client import models
 
-    params = models.SearchParams(hnsw_ef=128, quantization=models.QuantizationSearchParams(rescore=True, oversampling=2.0))
+    rescore = models.QuantizationSearchParams(rescore=True, oversampling=2.0)
+    params = models.SearchParams(hnsw_ef=128, quantization=rescore)
     hybrid = hybrid_request([0.5, -0.5], sparse, 10, flt, params=params, prefetch_limit=50, rrf_k=20)
     assert as_json(hybrid) == {
         "prefetch": [
@@ -729,7 +751,10 @@ def test_qdrant_upsert_batches_wait_on_the_last_and_retry_503(qdrant_http):
         "points": [
             {
                 "id": point_uuid("d2#0"),
-                "vector": {"dense": [pytest.approx(0.6), pytest.approx(0.8)], "splade": {"indices": [2], "values": [1.0]}},
+                "vector": {
+                    "dense": [pytest.approx(0.6), pytest.approx(0.8)],
+                    "splade": {"indices": [2], "values": [1.0]},
+                },
                 "payload": payloads[2],
             }
         ]
@@ -742,7 +767,8 @@ def test_qdrant_queries_promotion_and_snapshot_on_the_wire(qdrant_http):
                                                     "quantization": None, "field_types": {"year": "integer"}})
     point = {"id": point_uuid("d1#0"), "version": 3, "score": 0.75, "payload": payload(1)}
     recorder.routes[("POST", "/collections/chunks-v2/points/query/batch")] = lambda: [{"points": [point]}]
-    recorder.routes[("GET", "/aliases")] = lambda: {"aliases": [{"alias_name": "chunks", "collection_name": "chunks-v1"}]}
+    alias = {"alias_name": "chunks", "collection_name": "chunks-v1"}
+    recorder.routes[("GET", "/aliases")] = lambda: {"aliases": [alias]}
     recorder.routes[("POST", "/collections/chunks-v2/snapshots")] = lambda: {
         "name": "chunks-v2-2026.snapshot", "creation_time": "2026-11-22T10:00:00", "size": 1024}
     recorder.routes[("POST", "/collections/chunks-v2/points/count")] = lambda: {"count": 12}
@@ -849,7 +875,7 @@ def test_qdrant_local_mode_hybrid_fusion_and_filters(local_store):
 
 
 def test_qdrant_local_mode_promotion_and_open_by_alias(local_store):
-    store, vectors = local_store
+    store, _ = local_store
     assert store.promote() is None
     reopened = QdrantServerStore.open(store._client, "local")
     assert (reopened.collection, reopened.field_types, reopened.count()) == ("local-v1", FIELD_TYPES, 6)

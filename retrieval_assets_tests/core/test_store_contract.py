@@ -145,7 +145,9 @@ def expected_ranking(port: str, query: Any, filters: list[MetadataFilter], top_k
     return ranked[:top_k]
 
 
-def assert_ranking(hits: list[StoreHit], expected: list[tuple[str, float]], scores: dict[str, float], rel: float) -> None:
+def assert_ranking(
+    hits: list[StoreHit], expected: list[tuple[str, float]], scores: dict[str, float], rel: float
+) -> None:
     """Same length, same score at each rank, and every hit really has its score: robust to ties,
     strict about order and membership."""
     assert len(hits) == len(expected), ([h.chunk_id for h in hits], expected)
@@ -176,8 +178,8 @@ def _unique_name() -> str:
 
 
 @contextmanager
-def open_backend(kind: str, tmp_path: Path) -> Iterator[Any]:
-    """A new, empty store of ``kind``; server-side state is deleted afterwards."""
+def open_backend(kind: str, port: str, tmp_path: Path) -> Iterator[Any]:
+    """A new, empty store of ``kind`` for ``port``; server-side state is deleted afterwards."""
     if kind == "faiss":
         store: Any = FaissDenseStore.create(tmp_path / "faiss", DIM)
         cleanup: Callable[[], None] = store.close
@@ -219,7 +221,7 @@ def open_backend(kind: str, tmp_path: Path) -> Iterator[Any]:
             verify_certs=os.environ.get("OPENSEARCH_VERIFY_CERTS", "true").lower() != "false",
         )
         client = connect(settings)
-        store = OpenSearchStore.create(client, _unique_name(), field_types=FIELD_TYPES)
+        store = OpenSearchStore.create(client, _unique_name(), field_types=FIELD_TYPES, sparse=port == "sparse")
 
         def cleanup() -> None:
             client.indices.delete(index=store.index)
@@ -257,7 +259,7 @@ def corpus_store(tmp_path_factory) -> Iterator[Callable[[str, str], Any]]:
 
         def get(port: str, kind: str) -> Any:
             if (port, kind) not in stores:
-                store = stack.enter_context(open_backend(kind, tmp_path_factory.mktemp(kind)))
+                store = stack.enter_context(open_backend(kind, port, tmp_path_factory.mktemp(kind)))
                 write(store, port, PAYLOADS)
                 stores[port, kind] = store
             return stores[port, kind]
@@ -281,15 +283,6 @@ def vector_store(request, corpus_store):
 @pytest.fixture(params=LEXICAL_KINDS)
 def lexical(request, corpus_store):
     return corpus_store("lexical", request.param)
-
-
-@pytest.fixture(params=PORT_BACKENDS, ids="-".join)
-def fresh_port_store(request, tmp_path):
-    """Like ``port_store``, but a store of its own, for tests that write."""
-    port, kind = request.param
-    with open_backend(kind, tmp_path) as store:
-        write(store, port, PAYLOADS)
-        yield port, kind, store
 
 
 def search(port: str, store: Any, text: str, top_k: int, filters: list[MetadataFilter] = ()) -> list[StoreHit]:
@@ -323,18 +316,23 @@ def test_tenant_isolation_even_for_the_best_match(port_store):
     assert search(port, store, text, 5, parse_filters({"tenant_id": "nobody"})) == []
 
 
-def test_replace_on_upsert(fresh_port_store):
-    port, _, store = fresh_port_store
-    changed = dict(BY_ID["garden#0"], title="Zeppelins", text="Airships float on lifting gas over the city.")
-    # Dense and sparse: garden#0 takes rerank#0's vectors; lexical: its new text.
-    write(store, port, [changed], [CHUNK_IDS.index("rerank#0")])
-    assert store.count() == len(PAYLOADS)
-    assert store.chunk_ids() == set(CHUNK_IDS)
-    new_query = "airships lifting gas" if port == "lexical" else doc_text(BY_ID["rerank#0"])
-    hits = {h.chunk_id: h for h in search(port, store, new_query, 2)}
-    assert hits["garden#0"].payload == changed
-    old = search(port, store, "Tomatoes need sun, water and patience", 1)
-    assert not old or old[0].chunk_id != "garden#0"
+def test_replace_on_upsert(port_store):
+    port, _, store = port_store
+    garden = CHUNK_IDS.index("garden#0")
+    changed = dict(PAYLOADS[garden], title="Zeppelins", text="Airships float on lifting gas over the city.")
+    try:
+        # Dense and sparse: garden#0 takes rerank#0's vectors; lexical: its new text.
+        write(store, port, [changed], [CHUNK_IDS.index("rerank#0")])
+        assert store.count() == len(PAYLOADS)
+        assert store.chunk_ids() == set(CHUNK_IDS)
+        new_query = "airships lifting gas" if port == "lexical" else doc_text(BY_ID["rerank#0"])
+        hits = {h.chunk_id: h for h in search(port, store, new_query, 2)}
+        assert hits["garden#0"].payload == changed
+        old = search(port, store, "Tomatoes need sun, water and patience", 1)
+        assert not old or old[0].chunk_id != "garden#0"
+    finally:
+        write(store, port, [PAYLOADS[garden]], [garden])  # the shared corpus again, for later tests
+    assert search(port, store, "Tomatoes need sun, water and patience", 1)[0].chunk_id == "garden#0"
 
 
 @pytest.mark.parametrize("spec", FILTER_SPECS, ids=str)
@@ -384,7 +382,8 @@ def test_lexical_expansion_and_tags(lexical):
     store = lexical
     assert store.search_text("the", 3, expansion_terms={"tomatoes": 0.5})[0].chunk_id == "garden#0"
     base = {h.chunk_id: h.score for h in store.search_text("hybrid search", 10)}
-    tagged = {h.chunk_id: h.score for h in store.search_text("hybrid search", 10, tag_terms=["topic:sparse", "topic:garden"])}
+    tags = ["topic:sparse", "topic:garden"]
+    tagged = {h.chunk_id: h.score for h in store.search_text("hybrid search", 10, tag_terms=tags)}
     # A tag adds TAG_SCORE to what the words match (splade) and never adds a document (garden).
     assert set(tagged) == set(base) and "garden#0" not in tagged
     assert tagged["splade#0"] == pytest.approx(base["splade#0"] + TAG_SCORE, rel=1e-4)

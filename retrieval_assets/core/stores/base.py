@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from abc import ABC, abstractmethod
@@ -200,7 +201,7 @@ def infer_field_types(
     return types
 
 
-def validate_field_types(field_types: dict[str, str] | None) -> dict[str, FieldType]:
+def validate_field_types(field_types: Mapping[str, str] | None) -> dict[str, FieldType]:
     """Check a create-time ``field_types`` mapping; identifier fields are always keywords."""
     checked: dict[str, FieldType] = {}
     for field, kind in (field_types or {}).items():
@@ -289,3 +290,53 @@ def read_manifest(path: str | os.PathLike[str], backend: str) -> tuple[Path, dic
     if manifest.get("backend") != backend:
         raise ValueError(f"{directory} holds a {manifest.get('backend')!r} index, not {backend!r}")
     return directory, manifest
+
+
+# Context tokens (``format:DICOM``) live in this keyword payload field; lexical stores add
+# TAG_SCORE per distinct matching tag: a nudge below one rare query word's BM25 (up to about
+# 2.2 x idf), since tags come from the searcher's context, not from what they typed.
+TAGS_FIELD = "tags"
+TAG_SCORE = 1.0
+
+
+def metadata_field_names(field_types: Mapping[str, FieldType]) -> dict[str, str]:
+    """A unique engine-safe name per metadata field, for engines whose field names cannot hold
+    every catalog key (tantivy and OpenSearch split or refuse dotted keys such as
+    ``relations.requires``): characters other than letters, digits and "_" become "_", behind
+    an "m_" prefix that no built-in field uses."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for field in sorted(field_types):
+        base = "m_" + re.sub(r"[^A-Za-z0-9_]", "_", field)
+        name, suffix = base, 2
+        while name in taken:
+            name, suffix = f"{base}_{suffix}", suffix + 1
+        taken.add(name)
+        names[field] = name
+    return names
+
+
+def index_values(value: Any, field_type: FieldType) -> list[Any]:
+    """The values of one payload field to index as ``field_type``; values that cannot be that
+    type are left out (they stay in the stored payload, and no filter on the field matches
+    them, as with ``MetadataFilter.matches``)."""
+    if value is None:
+        return []
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if field_type == "keyword":
+        return [str(v) for v in values]
+    if field_type == "bool":
+        return [v for v in values if isinstance(v, bool)]
+    numbers: list[int | float] = []
+    for v in values:
+        if isinstance(v, bool):
+            continue
+        try:
+            number = float(v)
+        except (TypeError, ValueError):
+            continue
+        if field_type == "float":
+            numbers.append(number)
+        elif number.is_integer():
+            numbers.append(v if isinstance(v, int) else int(number))
+    return numbers

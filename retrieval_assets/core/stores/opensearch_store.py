@@ -44,10 +44,8 @@ import json
 import logging
 import math
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Self, TypeVar
 from urllib.parse import urlparse
 
@@ -60,18 +58,22 @@ from retrieval_assets.core.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import SparseVector, StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,
+    TAG_SCORE,
+    TAGS_FIELD,
     FieldType,
     LexicalStore,
     Payload,
     SparseStore,
     check_top_k,
     coerce_filter_values,
+    index_values,
+    metadata_field_names,
     validate_field_types,
     validate_payloads,
 )
+from retrieval_assets.core.stores.remote import RetryPolicy, new_version
 
 # Shared with the tantivy store so both lexical backends name, index and score fields alike.
-from retrieval_assets.core.stores.tantivy_store import TAG_SCORE, TAGS_FIELD, _index_values, _schema_names
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -90,37 +92,6 @@ KEEP_FEATURES_SCRIPT = (
 )
 _INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _PAGE_SIZE = 5_000
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff for transient server errors: wait ``initial_backoff_s * 2**attempt``
-    (at most ``max_backoff_s``, at least what the server asked for), ``max_retries`` times."""
-
-    max_retries: int = 5
-    initial_backoff_s: float = 0.5
-    max_backoff_s: float = 30.0
-    sleep: Callable[[float], None] = time.sleep
-
-    def delay(self, attempt: int) -> float:
-        return min(self.max_backoff_s, self.initial_backoff_s * 2**attempt)
-
-    def run(self, call: Callable[[], T], retry_after: Callable[[Exception], float | None], what: str) -> T:
-        """``call()``, retried while ``retry_after(error)`` gives a wait (None: not retryable)."""
-        for attempt in itertools.count():
-            try:
-                return call()
-            except Exception as exc:
-                wait = retry_after(exc)
-                if wait is None or attempt >= self.max_retries:
-                    raise
-                delay = max(wait, self.delay(attempt))
-                logger.warning(
-                    "%s failed (%s: %s); retry %d of %d in %.1f s",
-                    what, type(exc).__name__, exc, attempt + 1, self.max_retries, delay,
-                )
-                self.sleep(delay)
-        raise AssertionError("unreachable")
 
 
 class OpenSearchSettings(BaseModel):
@@ -196,24 +167,22 @@ def transient_wait(exc: Exception) -> float | None:
         return None  # a certificate problem does not go away by waiting
     if isinstance(exc, OpenSearchConnectionError):
         return 0.0
-    if isinstance(exc, TransportError) and isinstance(exc.status_code, int):
-        if exc.status_code == 429 or exc.status_code >= 500:
-            return 0.0
-    return None
+    status = exc.status_code if isinstance(exc, TransportError) else None
+    return 0.0 if isinstance(status, int) and (status == 429 or status >= 500) else None
 
 
 def index_body(
-    alias: str, field_types: Mapping[str, FieldType], *, title_boost: float, shards: int
+    alias: str, field_types: Mapping[str, FieldType], *, title_boost: float, shards: int, sparse: bool = True
 ) -> dict[str, Any]:
     """Settings and mappings of a new index, ready for a batch build (no refresh, no replicas)."""
-    schema_names = _schema_names(dict(field_types))
+    schema_names = metadata_field_names(dict(field_types))
     text = {"type": "text", "analyzer": "english", "similarity": SIMILARITY}
     properties: dict[str, Any] = {
         CONTENT_FIELD: text,
         "title": text,
         **{field: {"type": "keyword"} for field in KEYWORD_PAYLOAD_FIELDS},
         ORDINAL_FIELD: {"type": "integer"},
-        SPARSE_FIELD: {"type": "rank_features"},
+        **({SPARSE_FIELD: {"type": "rank_features"}} if sparse else {}),
         PAYLOAD_FIELD: {"type": "object", "enabled": False},
     }
     for field, kind in field_types.items():
@@ -233,6 +202,7 @@ def index_body(
                 "backend": OpenSearchStore.backend,
                 "mapping_version": MAPPING_VERSION,
                 "alias": alias,
+                "sparse": sparse,
                 "field_types": dict(field_types),
                 "schema_names": schema_names,
                 "title_boost": title_boost,
@@ -240,11 +210,6 @@ def index_body(
             "properties": properties,
         },
     }
-
-
-def new_version() -> str:
-    """A sortable, index-name-safe build version (UTC, microseconds)."""
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
 
 
 class OpenSearchStore(LexicalStore, SparseStore):
@@ -273,6 +238,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
         self.alias = alias
         self.field_types: dict[str, FieldType] = dict(meta["field_types"])
         self.title_boost: float = float(meta["title_boost"])
+        self.sparse: bool = bool(meta["sparse"])
         self._names: dict[str, str] = {**{f: f for f in KEYWORD_PAYLOAD_FIELDS}, **meta["schema_names"]}
         self._has_tags = self.field_types.get(TAGS_FIELD) == "keyword"
         self.retry = retry or RetryPolicy()
@@ -294,6 +260,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
         field_types: dict[str, FieldType] | None = None,
         version: str | None = None,
         title_boost: float = 0.0,
+        sparse: bool = True,
         shards: int = 1,
         replicas: int = 1,
         refresh_interval: str = "1s",
@@ -306,7 +273,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
         ``title_boost`` > 0 adds ``title^boost`` to the ``multi_match`` (``cross_fields``, so a
         word's statistics are blended across content and title, BM25F-style); 0 searches
         ``content`` alone, the tantivy store's default. ``replicas`` and ``refresh_interval``
-        are applied by ``finalize``.
+        are applied by ``finalize``. ``sparse=False`` makes a lexical-only index (no SPLADE
+        features, and plain writes for ``add``).
         """
         if not (math.isfinite(title_boost) and title_boost >= 0):
             raise ValueError(f"title_boost must be a finite number >= 0, got {title_boost}")
@@ -314,7 +282,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
         for label, value in (("alias", alias), ("index name", name)):
             if not _INDEX_NAME.match(value) or len(value) > 255:
                 raise ValueError(f"{label} {value!r}: use lowercase letters, digits, '-', '_' and '.'")
-        body = index_body(alias, validate_field_types(field_types), title_boost=title_boost, shards=shards)
+        types = validate_field_types(field_types)
+        body = index_body(alias, types, title_boost=title_boost, shards=shards, sparse=sparse)
         client.indices.create(index=name, body=body)
         return cls(
             client,
@@ -364,17 +333,19 @@ class OpenSearchStore(LexicalStore, SparseStore):
 
     def upsert(self, payloads: Sequence[Payload], sparse: Sequence[SparseVector] | None = None) -> None:
         """Index chunks (text, filters, payload) with their SPLADE vectors; a chunk_id already
-        present is replaced. Without ``sparse``, existing SPLADE features are kept (a scripted
-        update, slower than the plain writes a build with both makes). Searchable after
-        ``finalize``."""
+        present is replaced. Without ``sparse``, a SPLADE index keeps the existing features (a
+        scripted update: in a build, write both at once instead). Searchable after ``finalize``."""
         validate_payloads(payloads)
+        if sparse is not None and not self.sparse:
+            raise ValueError(f"OpenSearch index {self.index} was created without SPLADE features (sparse=False)")
         if sparse is not None and len(sparse) != len(payloads):
             raise ValueError(f"got {len(sparse)} sparse vectors for {len(payloads)} payloads")
         lines: list[tuple[str, str]] = []
         for i, payload in enumerate(payloads):
             source = self._source(payload)
-            if sparse is not None:
-                source[SPARSE_FIELD] = _features(sparse[i])
+            if sparse is not None or not self.sparse:
+                if sparse is not None:
+                    source[SPARSE_FIELD] = _features(sparse[i])
                 action: dict[str, Any] = {"index": {"_id": payload["chunk_id"]}}
                 body: dict[str, Any] = source
             else:
@@ -585,7 +556,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
         if ordinal is not None:
             source[ORDINAL_FIELD] = ordinal
         for field, kind in self.field_types.items():
-            values = _index_values(payload.get(field), kind)
+            values = index_values(payload.get(field), kind)
             if values:
                 source[self._names[field]] = values if len(values) > 1 else values[0]
         return source
@@ -609,7 +580,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
         pending = batch
         for attempt in itertools.count():
             body = "".join(lines for _, lines in pending)
-            response = self._call(lambda: self._client.bulk(index=self.index, body=body), "bulk")
+            response = self._call(partial(self._client.bulk, index=self.index, body=body), "bulk")
             if not response.get("errors"):
                 return
             rejected: list[tuple[str, str]] = []

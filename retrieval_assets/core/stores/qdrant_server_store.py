@@ -30,6 +30,7 @@ from __future__ import annotations
 import ssl
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, Self, TypeVar
 
 import httpx
@@ -55,8 +56,8 @@ from retrieval_assets.core.stores.base import (
     validate_field_types,
     validate_payloads,
 )
-from retrieval_assets.core.stores.opensearch_store import RetryPolicy, new_version
 from retrieval_assets.core.stores.qdrant_edge_store import DENSE_VECTOR, SPARSE_VECTOR
+from retrieval_assets.core.stores.remote import RetryPolicy, new_version
 
 T = TypeVar("T")
 FORMAT_VERSION = 1
@@ -183,7 +184,7 @@ def _field_type(field: str, field_types: dict[str, FieldType]) -> FieldType | No
     return "keyword" if field in KEYWORD_PAYLOAD_FIELDS else field_types.get(field)
 
 
-def _condition(flt: MetadataFilter, field_type: FieldType | None) -> models.FieldCondition | models.Filter:
+def _condition(flt: MetadataFilter, field_type: FieldType | None) -> models.Condition:
     key = payload_key(flt.field)
     if flt.any_of is None:
         if field_type in ("keyword", "bool"):
@@ -192,7 +193,7 @@ def _condition(flt: MetadataFilter, field_type: FieldType | None) -> models.Fiel
     values = coerce_filter_values(flt, field_type)
     strings = [v for v in values if isinstance(v, str)]
     integers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    conditions: list[models.FieldCondition] = []
+    conditions: list[models.Condition] = []
     if strings:
         conditions.append(models.FieldCondition(key=key, match=models.MatchAny(any=strings)))
     if integers:
@@ -358,10 +359,8 @@ class QdrantServerStore(DenseStore, SparseStore):
         )
         store = cls(client, name, metadata, retry=retry, building=True)
         for field, schema in payload_index_schemas(types).items():
-            store._call(
-                lambda f=field, s=schema: client.create_payload_index(name, field_name=f, field_schema=s, wait=True),
-                "create payload index",
-            )
+            index = partial(client.create_payload_index, name, field_name=field, field_schema=schema, wait=True)
+            store._call(index, "create payload index")
         return store
 
     @classmethod
@@ -406,9 +405,7 @@ class QdrantServerStore(DenseStore, SparseStore):
                 for point_id, vector, row in zip(ids, vectors, rows, strict=True)
             ]
             wait = start == starts[-1]  # Qdrant applies a collection's updates in order
-            self._call(
-                lambda p=points, w=wait: self._client.upsert(self.collection, points=p, wait=w), "upsert"
-            )
+            self._call(partial(self._client.upsert, self.collection, points=points, wait=wait), "upsert")
 
     def upsert_dense(self, payloads: Sequence[Payload], vectors: np.ndarray) -> None:
         self.upsert(payloads, dense=vectors)
@@ -432,7 +429,8 @@ class QdrantServerStore(DenseStore, SparseStore):
             if status == models.CollectionStatus.GREY and not nudged:
                 # Grey: optimizations pending but not started; an empty optimizer update starts them.
                 empty = models.OptimizersConfigDiff()
-                self._call(lambda: self._client.update_collection(self.collection, optimizers_config=empty), "optimize")
+                nudge = partial(self._client.update_collection, self.collection, optimizers_config=empty)
+                self._call(nudge, "optimize")
                 nudged = True
             if status == models.CollectionStatus.RED:
                 raise RuntimeError(f"Qdrant collection {self.collection} is red (an optimization failed)")
@@ -474,12 +472,11 @@ class QdrantServerStore(DenseStore, SparseStore):
         found: set[str] = set()
         offset: Any = None
         while True:
-            records, offset = self._call(
-                lambda o=offset: self._client.scroll(
-                    self.collection, offset=o, limit=1024, with_payload=["chunk_id"], with_vectors=False
-                ),
-                "scroll",
+            page = partial(
+                self._client.scroll, self.collection, offset=offset, limit=1024, with_payload=["chunk_id"],
+                with_vectors=False,
             )
+            records, offset = self._call(page, "scroll")
             found.update(record.payload["chunk_id"] for record in records if record.payload)
             if offset is None:
                 return found
@@ -547,7 +544,7 @@ class QdrantServerStore(DenseStore, SparseStore):
         if sparse is not None:
             if len(sparse) != count:
                 raise ValueError(f"got {len(sparse)} sparse vectors for {count} payloads")
-            named[SPARSE_VECTOR] = lambda row: models.SparseVector(indices=sparse[row].indices, values=sparse[row].values)
+            named[SPARSE_VECTOR] = lambda row: models.SparseVector(**sparse[row].model_dump())
         if not named:
             raise ValueError("upsert needs dense or sparse vectors")
         return named

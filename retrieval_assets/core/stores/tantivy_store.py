@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -37,13 +36,16 @@ import tantivy
 from retrieval_assets.core.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
-    FULL_TEXT_PAYLOAD_FIELDS,
     KEYWORD_PAYLOAD_FIELDS,
+    TAG_SCORE,
+    TAGS_FIELD,
     FieldType,
     LexicalStore,
     Payload,
     check_top_k,
     coerce_filter_values,
+    index_values,
+    metadata_field_names,
     prepare_index_dir,
     read_manifest,
     validate_field_types,
@@ -57,10 +59,6 @@ FORMAT_VERSION = 3
 INDEX_DIR = "index"
 PAYLOAD_FIELD = "payload_json"
 CONTENT_FIELD = "content"
-TAGS_FIELD = "tags"
-# Each distinct tag a chunk carries adds this much: a nudge below one rare query word's BM25
-# (up to ~2.2 x idf), since tags come from the searcher's context, not from what they typed.
-TAG_SCORE = 1.0
 TEXT_TOKENIZER = "en_stem_stop"
 _NUMERIC_FIELD_TYPES = {"integer": tantivy.FieldType.Integer, "float": tantivy.FieldType.Float}
 
@@ -122,7 +120,7 @@ class TantivyLexicalStore(LexicalStore):
         if not (math.isfinite(title_boost) and title_boost >= 0):
             raise ValueError(f"title_boost must be a finite number >= 0, got {title_boost}")
         types = validate_field_types(field_types)
-        schema_names = _schema_names(types)
+        schema_names = metadata_field_names(types)
         directory = prepare_index_dir(path, overwrite)
         (directory / INDEX_DIR).mkdir()
         index = tantivy.Index(_build_schema(types, schema_names), path=str(directory / INDEX_DIR))
@@ -328,7 +326,7 @@ class TantivyLexicalStore(LexicalStore):
             doc.add_text(field, str(payload[field]))
         for field, field_type in self.field_types.items():
             name = self._schema_names[field]
-            for value in _index_values(payload.get(field), field_type):
+            for value in index_values(payload.get(field), field_type):
                 if field_type == "keyword":
                     doc.add_text(name, value)
                 elif field_type == "integer":
@@ -353,21 +351,6 @@ class TantivyLexicalStore(LexicalStore):
         return self._writer
 
 
-def _schema_names(field_types: dict[str, FieldType]) -> dict[str, str]:
-    """A valid, unique tantivy field name per metadata field: characters other than letters,
-    digits and "_" become "_", with an "m_" prefix so no name meets a built-in field."""
-    names: dict[str, str] = {}
-    taken = {CONTENT_FIELD, PAYLOAD_FIELD, *FULL_TEXT_PAYLOAD_FIELDS, *KEYWORD_PAYLOAD_FIELDS}
-    for field in sorted(field_types):
-        base = "m_" + re.sub(r"[^A-Za-z0-9_]", "_", field)
-        name, suffix = base, 2
-        while name in taken:
-            name, suffix = f"{base}_{suffix}", suffix + 1
-        taken.add(name)
-        names[field] = name
-    return names
-
-
 def _build_schema(field_types: dict[str, FieldType], schema_names: dict[str, str]) -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     for field in (CONTENT_FIELD, "title"):
@@ -386,32 +369,6 @@ def _build_schema(field_types: dict[str, FieldType], schema_names: dict[str, str
             builder.add_boolean_field(name, indexed=True, fast=True)
     builder.add_bytes_field(PAYLOAD_FIELD, stored=True, indexed=False)
     return builder.build()
-
-
-def _index_values(value: Any, field_type: FieldType) -> list[Any]:
-    """The values of one payload field to index as ``field_type``; values that cannot be that
-    type are left out (they stay in the stored payload, and no filter on the field matches
-    them, as with ``MetadataFilter.matches``)."""
-    if value is None:
-        return []
-    values = value if isinstance(value, (list, tuple)) else [value]
-    if field_type == "keyword":
-        return [str(v) for v in values]
-    if field_type == "bool":
-        return [v for v in values if isinstance(v, bool)]
-    numbers: list[int | float] = []
-    for v in values:
-        if isinstance(v, bool):
-            continue
-        try:
-            number = float(v)
-        except (TypeError, ValueError):
-            continue
-        if field_type == "float":
-            numbers.append(number)
-        elif number.is_integer():
-            numbers.append(v if isinstance(v, int) else int(number))
-    return numbers
 
 
 def _chunk_order(chunk_id: str) -> tuple[int, int, str]:

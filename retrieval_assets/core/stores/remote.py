@@ -1,0 +1,50 @@
+"""What the server adapters (Qdrant, OpenSearch) share: retries with backoff, build versions."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff for transient server errors: wait ``initial_backoff_s * 2**attempt``
+    (at most ``max_backoff_s``, at least what the server asked for), ``max_retries`` times."""
+
+    max_retries: int = 5
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_backoff_s, self.initial_backoff_s * 2**attempt)
+
+    def run(self, call: Callable[[], T], retry_after: Callable[[Exception], float | None], what: str) -> T:
+        """``call()``, retried while ``retry_after(error)`` gives a wait (None: not retryable)."""
+        for attempt in itertools.count():
+            try:
+                return call()
+            except Exception as exc:
+                wait = retry_after(exc)
+                if wait is None or attempt >= self.max_retries:
+                    raise
+                delay = max(wait, self.delay(attempt))
+                logger.warning(
+                    "%s failed (%s: %s); retry %d of %d in %.1f s",
+                    what, type(exc).__name__, exc, attempt + 1, self.max_retries, delay,
+                )
+                self.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+def new_version() -> str:
+    """A sortable, index-name-safe build version (UTC, microseconds)."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
