@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Materialize every asset on the configured catalog, then print the evaluation and a sample query."""
     from dagster import DagsterInstance
 
-    from retrieval_assets.definitions import defs
+    from retrieval_assets.definitions import configured_search, defs
 
     # With $DAGSTER_HOME set the run is recorded where `dagster dev` shows it.
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
@@ -66,12 +66,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     gold = resources["catalog"].gold()
     sample = args.query or (next(iter(gold.queries.values())) if gold else "search")
     print()
-    _print_result(resources["search"].search(sample, top_k=5))
+    with configured_search() as search:
+        _print_result(search.search(sample, top_k=5))
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from retrieval_assets.definitions import defs
+    from retrieval_assets.definitions import configured_search
 
     request = SearchRequest(
         query=args.query,
@@ -86,7 +87,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         context_files=args.context_file or [],
         context_metadata=json.loads(args.context_metadata) if args.context_metadata else {},
     )
-    result = defs.resources["search"].run(request)
+    with configured_search() as search:
+        result = search.run(request)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -144,7 +146,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
             top_k=args.top_k,
             progress=_tqdm_progress,
         )
-    except ValueError as exc:
+    except (OSError, ValueError) as exc:  # an unreadable query file, a bad level list
         print(f"loadtest: {exc}", file=sys.stderr)
         return 2
     line = json.dumps(figures)

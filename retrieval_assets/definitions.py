@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from dagster import Definitions, EnvVar, load_assets_from_modules
+from dagster import Definitions, EnvVar, build_resources, load_assets_from_modules
 
 from retrieval_assets.orchestration.assets import embeddings, evaluation, graph, indexes, ingestion
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
@@ -23,7 +25,7 @@ def _env_or_none(name: str) -> EnvVar | None:
     return EnvVar(name) if os.environ.get(name) else None
 
 
-def build_resources() -> dict[str, object]:
+def code_location_resources() -> dict[str, object]:
     storage = IndexStorageResource(
         qdrant_url=_env_or_none("QDRANT_URL"),
         qdrant_api_key=_env_or_none("QDRANT_API_KEY"),
@@ -45,9 +47,17 @@ def build_resources() -> dict[str, object]:
     }
 
 
+@contextmanager
+def configured_search() -> Iterator[SearchResource]:
+    """The code location's search resource with its EnvVar fields resolved, as a run sees it
+    (read straight from ``defs.resources`` they hold the variables' names, not their values)."""
+    with build_resources({"search": defs.resources["search"]}) as built:
+        yield built.search
+
+
 defs = Definitions(
     assets=load_assets_from_modules([ingestion, embeddings, indexes, graph, evaluation]),
     jobs=[index_build_job, evaluation_job],
     schedules=[nightly_index_build],
-    resources=build_resources(),
+    resources=code_location_resources(),
 )

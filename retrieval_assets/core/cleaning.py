@@ -167,6 +167,8 @@ _SCALAR_TYPES = (str, int, float, bool)
 _RESERVED_KEYS = frozenset(REQUIRED_PAYLOAD_FIELDS) | {"keywords"}
 _RELATIONS_PREFIX = "relations."
 _BEIR_FIELDS = frozenset({"_id", "title", "text", "metadata"})
+# Every store keeps integers as int64.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class _Rejected(Exception):
@@ -239,6 +241,8 @@ def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
     """A flat metadata value, ``None`` for a null to drop; nested containers are rejected."""
     if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isdigit():
         return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is an integer beyond 64 bits", doc_id)
     if value is None or _is_scalar(value):
         return value
     if isinstance(value, list) and all(v is None or _is_scalar(v) for v in value):
@@ -247,6 +251,8 @@ def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
 
 
 def _put_metadata(flat: dict[str, MetadataValue], key: str, value: MetadataValue | None, doc_id: str) -> None:
+    if not key.strip() or key.endswith("."):
+        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata key {key!r} is empty", doc_id)
     if value is None:
         return
     if key in _RESERVED_KEYS or key.startswith(_RELATIONS_PREFIX):
@@ -330,15 +336,26 @@ def _to_document(parsed: _Parsed, fmt: CatalogFormat, max_text_chars: int) -> Do
     return Document(doc_id=parsed.doc_id, title=title, text=body, tenant_id=parsed.tenant_id, metadata=metadata)
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def _parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> Document:
     if row.utf8_error:
         raise _Rejected(QuarantineReason.INVALID_UTF8, "line is not valid UTF-8 (undecodable bytes shown as U+FFFD)")
     if not row.raw.strip():
         raise _Rejected(QuarantineReason.BLANK_LINE, "blank line")
     try:
-        record = json.loads(row.raw)
+        record = json.loads(row.raw, parse_constant=_reject_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise _Rejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
+    except ValueError as exc:  # NaN / Infinity: Python accepts them, JSON and the stores do not
+        raise _Rejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
+    try:
+        # A "\ud800" escape parses into a lone surrogate that no UTF-8 writer (Parquet) can store.
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Rejected(QuarantineReason.INVALID_UTF8, f"unpaired surrogate escape in the record ({exc.reason})") from None
     if not isinstance(record, dict):
         raise _Rejected(QuarantineReason.NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
     return _to_document(_PARSERS[fmt](record, tenant_id), fmt, max_text_chars)

@@ -9,6 +9,7 @@ FAISS ``IDSelector``) so results are filtered before top-k, never after.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,8 @@ class MetadataFilter(BaseModel):
             raise FilterError("needs either values or a gte/lte range")
         if is_set and not self.any_of:
             raise FilterError("the value list is empty")
+        if any(bound is not None and not math.isfinite(bound) for bound in (self.gte, self.lte)):
+            raise FilterError("range bounds must be finite numbers")
         return self
 
     def matches(self, payload: Mapping[str, Any]) -> bool:

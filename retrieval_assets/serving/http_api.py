@@ -20,18 +20,20 @@ filter that leaves nothing to search) is a 422 whose ``detail`` says what is wro
 
 import json
 import logging
-from http import HTTPStatus
+import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from retrieval_assets.core.catalog import CatalogFormat, RawRow
 from retrieval_assets.core.cleaning import clean_rows
@@ -48,7 +50,9 @@ MAX_QUERY_CHARS = 1_000
 MAX_TOP_K = 1_000
 MAX_TENANT_CHARS = 200
 MAX_CONTEXT_ITEMS = 32
-# A document body larger than this is refused before it is read (cleaning caps text at 200k chars).
+# Larger bodies are refused with 413 while they are read: searches are small, and cleaning caps
+# a document's text at 200k characters anyway.
+MAX_SEARCH_BODY_BYTES = 64_000
 MAX_DOCUMENT_BYTES = 2_000_000
 
 TenantParam = Annotated[str | None, Query(min_length=1, max_length=MAX_TENANT_CHARS, description="only this tenant")]
@@ -102,6 +106,14 @@ class SearchBody(_SearchFields):
         None, max_length=MAX_CONTEXT_ITEMS, examples=[{"license": ["MIT", "GPL-3.0"], "year": {"gte": 2019}}]
     )
     context_metadata: dict[str, Any] = Field(default_factory=dict, max_length=MAX_CONTEXT_ITEMS)
+
+    @field_validator("filters", "context_metadata")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        problem = _unstorable(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class StreamParams(_SearchFields):
@@ -169,9 +181,13 @@ def create_app(
 
     app = FastAPI(
         title="retrieval_assets",
-        summary="Hybrid search (BM25 + SPLADE + dense, fused) over the indexes the Dagster assets build.",
+        summary="Hybrid search (BM25, SPLADE and dense, fused) over the indexes the Dagster assets build.",
         lifespan=lifespan,
-        responses={422: {"model": ErrorBody, "description": "invalid request; `detail` says why"}},
+        max_body_size=MAX_SEARCH_BODY_BYTES,
+        responses={
+            413: {"description": "request body too large (plain text, from the body-limit middleware)"},
+            422: {"model": ErrorBody, "description": "invalid request; `detail` says why"},
+        },
     )
     app.state.service = service
     app.state.inbox = inbox
@@ -211,7 +227,7 @@ def create_app(
         status_code=202,
         response_model=DocumentAccepted,
         tags=["documents"],
-        responses={413: {"model": ErrorBody}},
+        max_body_size=MAX_DOCUMENT_BYTES,
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -222,18 +238,21 @@ def create_app(
     )
     async def post_document(request: Request, tenant: TenantParam = None) -> DocumentAccepted:
         """Clean one record as the catalog is cleaned and queue it for the next build."""
-        row = _raw_row(await _read_body(request))
+        row = _raw_row(await request.body())
         cleaned = await run_in_threadpool(clean_rows, [row], catalog_format, tenant or default_tenant)
         if cleaned.quarantine:
             rejected = cleaned.quarantine[0]
             raise _Quarantined(rejected.reason, rejected.detail or rejected.reason)
-        document = cleaned.documents[0]
-        entry = await run_in_threadpool(inbox.append, document, json.loads(row.raw), catalog_format)
+        record = json.loads(row.raw)
+        problem = _unstorable(record)
+        if problem:  # cleaning lets these through, but no build step can store them (reported core gap)
+            raise _Quarantined("invalid_utf8" if "surrogate" in problem else "malformed_json", problem)
+        entry = await run_in_threadpool(inbox.append, cleaned.documents[0], record, catalog_format)
         return DocumentAccepted(document=_pending_view(entry.document.model_dump(), entry.received_at))
 
     @app.exception_handler(_Quarantined)
     async def quarantined(_: Request, exc: _Quarantined) -> JSONResponse:
-        return _error(exc.status, f"{exc.reason}: {exc.detail}", "QuarantinedRecord", reason=exc.reason)
+        return _error(422, f"{exc.reason}: {exc.detail}", "QuarantinedRecord", reason=exc.reason)
 
     @app.get(
         "/documents/{doc_id:path}",
@@ -260,14 +279,17 @@ def create_app(
         health = service.health()
         return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's, and Starlette's own (unknown route)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail), HTTPStatus(exc.status_code).phrase)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         # One line per field, without echoing the (possibly huge or hostile) input back.
-        errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        errors = [
+            {"loc": list(e["loc"]), "msg": str(e["msg"]).removeprefix("Value error, "), "type": e["type"]}
+            for e in exc.errors()
+        ]
         detail = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in errors)
         return _error(422, detail, "RequestValidationError", errors=errors)
 
@@ -275,9 +297,9 @@ def create_app(
 
 
 class _Quarantined(Exception):
-    def __init__(self, reason: str, detail: str, status: int = 422) -> None:
+    def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
-        self.reason, self.detail, self.status = reason, detail, status
+        self.reason, self.detail = reason, detail
 
 
 def _error(status: int, detail: str, error: str, **extra: Any) -> JSONResponse:
@@ -289,25 +311,33 @@ def _json_object(text: str | None, name: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise HTTPException(422, f"{name} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise HTTPException(422, f"{name} must be a JSON object, got {type(value).__name__}")
+    problem = _unstorable(value)
+    if problem:
+        raise HTTPException(422, f"{name}: {problem}")
     return value
 
 
-async def _read_body(request: Request) -> bytes:
-    """The body, refused with 413 as soon as it is larger than ``MAX_DOCUMENT_BYTES``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_DOCUMENT_BYTES:
-        raise _Quarantined("too_large", f"body over {MAX_DOCUMENT_BYTES:,} bytes", status=413)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_DOCUMENT_BYTES:
-            raise _Quarantined("too_large", f"body over {MAX_DOCUMENT_BYTES:,} bytes", status=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _unstorable(value: Any) -> str | None:
+    """What Python's JSON parser accepts but JSON, Parquet and the engines do not: NaN and
+    Infinity, and ``\\ud800``-style escapes that decode to lone UTF-16 surrogates."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a JSON number"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a \\u escape encodes a lone UTF-16 surrogate, which is not text"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        problem = (_unstorable(key) if isinstance(key, str) else None) or _unstorable(item)
+        if problem:
+            return problem
+    return None
 
 
 def _raw_row(body: bytes) -> RawRow:

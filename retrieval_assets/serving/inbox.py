@@ -12,7 +12,6 @@ inbox is the build's job.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import threading
 from collections.abc import Iterator

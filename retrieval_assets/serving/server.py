@@ -7,13 +7,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, access_log: bool = True)
     """Serve ``definitions.defs``' search resource with uvicorn, one process (the embedded Qdrant
     shard allows one open handle per process; requests share the retriever's threads)."""
     import uvicorn
-    from dagster import build_resources
 
-    from retrieval_assets.definitions import defs
+    from retrieval_assets.definitions import configured_search, defs
     from retrieval_assets.serving.http_api import create_app
 
     catalog = defs.resources["catalog"]
-    # build_resources resolves EnvVar fields (the LLM key) as a run would; outside it they hold the name.
-    with build_resources({"search": defs.resources["search"]}) as built:
-        app = create_app(built.search, catalog_format=catalog.format, default_tenant=catalog.tenant_id)
+    with configured_search() as search:
+        app = create_app(search, catalog_format=catalog.format, default_tenant=catalog.tenant_id)
         uvicorn.run(app, host=host, port=port, access_log=access_log)

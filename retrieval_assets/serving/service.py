@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 RetrieverFactory = Callable[[], HybridRetriever]
 # Errors that mean "the indexes cannot be served", as opposed to a bad request.
-UNAVAILABLE_ERRORS = (BackendNotAvailableError, FileNotFoundError, OSError)
+UNAVAILABLE_ERRORS = (BackendNotAvailableError, OSError)
 # Backend -> (index directory attribute of IndexLayout, the strategy it serves).
 _BACKENDS = {"faiss": ("faiss", "dense"), "qdrant": ("qdrant", "splade"), "tantivy": ("lexical", "bm25")}
 

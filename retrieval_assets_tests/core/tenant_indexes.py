@@ -13,11 +13,12 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from dagster import DagsterInstance, EnvVar, materialize
 
@@ -66,22 +67,21 @@ def tenant_records() -> list[dict[str, Any]]:
     return records
 
 
-class _ChatCompletions(BaseHTTPRequestHandler):
-    """An OpenAI-compatible endpoint that records the Authorization headers it is sent."""
+# Authorization headers the loopback LLM endpoint was sent, in order.
+LLM_AUTHORIZATION: list[str] = []
 
-    seen_authorization: list[str] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.seen_authorization.append(self.headers.get("Authorization", ""))
-        answer = {"choices": [{"message": {"content": "1. sequence alignment software\n2. genome read mapper"}}]}
-        payload = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+def _chat_completions(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    """A WSGI OpenAI-compatible endpoint: records the Authorization header, answers two paraphrases."""
+    environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    LLM_AUTHORIZATION.append(environ.get("HTTP_AUTHORIZATION", ""))
+    answer = {"choices": [{"message": {"content": "1. sequence alignment software\n2. genome read mapper"}}]}
+    payload = json.dumps(answer).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
+    return [payload]
 
+
+class _Quiet(WSGIRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
@@ -106,7 +106,7 @@ class TenantBuild:
 
     @property
     def llm_authorization(self) -> list[str]:
-        return _ChatCompletions.seen_authorization
+        return LLM_AUTHORIZATION
 
     def search_resource(self, **options: Any) -> SearchResource:
         """A fresh query resource over the built indexes (the build's own one is closed after the run)."""
@@ -129,7 +129,7 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
     root.mkdir(parents=True, exist_ok=True)
     catalog = root / "catalog.jsonl"
     catalog.write_text("".join(json.dumps(record) + "\n" for record in tenant_records()))
-    server = HTTPServer(("127.0.0.1", 0), _ChatCompletions)
+    server = make_server("127.0.0.1", 0, _chat_completions, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()  # lives as long as the session
     llm_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     os.environ[SECRET_ENV] = SECRET

@@ -117,8 +117,8 @@ def test_a_mostly_hostile_catalog_stops_before_chunks(catalog: Path, tmp_path: P
     assert len(pd.read_parquet(tmp_path / "quarantined_documents.parquet")) == sum(1 for *_, r in ROWS if r)
 
 
-# Rows that cleaning keeps but a later build step cannot store (core bugs reported to the lead). Each must be
-# quarantined by cleaning, or go through every build step; strict xfail turns green-to-red once fixed.
+# Rows that once passed cleaning and then crashed a later build step: each must now be quarantined
+# by cleaning, or go through every build step.
 DOWNSTREAM_CRASHES = {
     "lone_surrogate_in_text": '{"id": "sur-1", "name": "S", "description": "a lone \\ud800 surrogate"}',
     "lone_surrogate_in_metadata_key": '{"id": "sur-2", "name": "S", "description": "d", "metadata": {"\\udc00": "x"}}',
@@ -130,7 +130,6 @@ DOWNSTREAM_CRASHES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="core: kept by cleaning, then crashes the Parquet write or an index build")
 @pytest.mark.parametrize("line", DOWNSTREAM_CRASHES.values(), ids=DOWNSTREAM_CRASHES.keys())
 def test_kept_rows_survive_every_build_step(line: str, tmp_path: Path) -> None:
     path = tmp_path / "catalog.jsonl"

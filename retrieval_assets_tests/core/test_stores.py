@@ -379,6 +379,26 @@ def test_qdrant_undeclared_fields(tmp_path):
     store.close()
 
 
+@pytest.mark.parametrize("declared", [True, False])
+def test_qdrant_filters_on_dotted_and_spaced_keys(tmp_path, declared):
+    # Flattened catalog keys ("relations.requires") are one payload key, not a nested path.
+    fields = {"relations.requires": "keyword", "first author": "keyword"}
+    store = QdrantEdgeStore.create(tmp_path / "keys", None, field_types=fields if declared else None)
+    base = {"section": "body", "title": "", "text": "x", "tenant_id": "t"}
+    store.upsert_sparse(
+        [
+            {**base, "chunk_id": "a#0", "doc_id": "a", "relations.requires": ["samtools"], "first author": "Smith"},
+            {**base, "chunk_id": "b#0", "doc_id": "b", "relations.requires": ["htslib"], "first author": "Jones"},
+        ],
+        [SparseVector(indices=[1], values=[1.0]), SparseVector(indices=[1], values=[2.0])],
+    )
+    store.finalize()
+    query = SparseVector(indices=[1], values=[1.0])
+    for spec, expected in (({"relations.requires": "samtools"}, ["a"]), ({"first author": "Jones"}, ["b"])):
+        assert [h.payload["doc_id"] for h in store.search_sparse(query, 5, parse_filters(spec))] == expected
+    store.close()
+
+
 def test_qdrant_sparse_only_shard(tmp_path):
     store = QdrantEdgeStore.create(tmp_path / "sparse-only", None)
     store.upsert_sparse(PAYLOADS, SPARSE)

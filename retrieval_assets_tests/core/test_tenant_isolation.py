@@ -104,8 +104,11 @@ def _assert_scoped(result: RetrievalResult, tenant: str) -> None:
     assert all(TENANT_OF[doc_id] == tenant for doc_id in named if doc_id is not None)
 
 
-@pytest.mark.parametrize("strategies", [["bm25"], ["splade"], ["dense"], None], ids=["bm25", "splade", "dense", "hybrid"])
-@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+STRATEGIES = {"bm25": ["bm25"], "splade": ["splade"], "dense": ["dense"], "hybrid": ["bm25", "splade", "dense"], "default": None}
+
+
+@pytest.mark.parametrize("strategies", STRATEGIES.values(), ids=STRATEGIES.keys())
+@settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_tenant_scoped_query_never_returns_another_tenants_documents(
     search: SearchResource, strategies: list[str] | None, data: st.DataObject

@@ -105,7 +105,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         )
         shard = qe.EdgeShard.create(str(directory / SHARD_DIR), config)
         for field, schema in _payload_index_schemas(types).items():
-            shard.update(qe.UpdateOperation.create_field_index(field, schema))
+            shard.update(qe.UpdateOperation.create_field_index(payload_key(field), schema))
         manifest = {
             "backend": cls.backend,
             "format_version": 1,
@@ -288,7 +288,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         if flt.any_of is None:
             if field_type in ("keyword", "bool"):
                 raise FilterError(f"range filter on {flt.field!r}, a {field_type} field")
-            return qe.FieldCondition(flt.field, range=qe.RangeFloat(gte=flt.gte, lte=flt.lte))
+            return qe.FieldCondition(payload_key(flt.field), range=qe.RangeFloat(gte=flt.gte, lte=flt.lte))
         values = coerce_filter_values(flt, field_type)
         if field_type == "bool":
             values = [_BOOL_KEYWORDS[bool(value)] for value in values]
@@ -297,16 +297,17 @@ class QdrantEdgeStore(DenseStore, SparseStore):
                 f"boolean filter on {flt.field!r}: declare it as 'bool' in field_types at create "
                 "(qdrant-edge cannot match raw boolean payloads)"
             )
+        key = payload_key(flt.field)
         strings = [v for v in values if isinstance(v, str)]
         integers = [v for v in values if isinstance(v, int)]
         conditions = []
         if strings:
-            conditions.append(qe.FieldCondition(flt.field, match=qe.MatchAny(strings)))
+            conditions.append(qe.FieldCondition(key, match=qe.MatchAny(strings)))
         if integers:
-            conditions.append(qe.FieldCondition(flt.field, match=qe.MatchAny(integers)))
+            conditions.append(qe.FieldCondition(key, match=qe.MatchAny(integers)))
         # Match conditions take no floats: a float value is a one-point range.
         conditions += [
-            qe.FieldCondition(flt.field, range=qe.RangeFloat(gte=v, lte=v))
+            qe.FieldCondition(key, range=qe.RangeFloat(gte=v, lte=v))
             for v in values
             if isinstance(v, float)
         ]
@@ -336,6 +337,16 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         if self._shard is None:
             raise RuntimeError(f"qdrant-edge store {self.directory} is closed")
         return self._shard
+
+
+def payload_key(field: str) -> str:
+    """A payload key as Qdrant's JSON path: plain identifiers as they are, others quoted, so
+    that a flattened catalog key such as ``relations.requires`` is one key, not a nested path."""
+    if field and all(ch.isalnum() or ch in "_-" for ch in field):
+        return field
+    if '"' in field or not field:
+        raise FilterError(f"payload key {field!r} cannot be addressed in Qdrant (it contains a double quote)")
+    return f'"{field}"'
 
 
 def _sparse_query(vector: SparseVector) -> qe.Query:

@@ -56,7 +56,7 @@ from retrieval_assets.core.stores.base import (
     validate_field_types,
     validate_payloads,
 )
-from retrieval_assets.core.stores.qdrant_edge_store import DENSE_VECTOR, SPARSE_VECTOR
+from retrieval_assets.core.stores.qdrant_edge_store import DENSE_VECTOR, SPARSE_VECTOR, payload_key
 from retrieval_assets.core.stores.remote import RetryPolicy, new_version
 
 T = TypeVar("T")
@@ -148,15 +148,6 @@ def collection_request(
         replication_factor=replication_factor,
         metadata=metadata,
     )
-
-
-def payload_key(field: str) -> str:
-    """A payload key as Qdrant's JSON path: plain identifiers as they are, others quoted."""
-    if field and all(ch.isalnum() or ch in "_-" for ch in field):
-        return field
-    if '"' in field or not field:
-        raise FilterError(f"payload key {field!r} cannot be addressed in Qdrant (it contains a double quote)")
-    return f'"{field}"'
 
 
 def payload_index_schemas(field_types: dict[str, FieldType]) -> dict[str, Any]:

@@ -296,8 +296,8 @@ class TantivyLexicalStore(LexicalStore):
         field_type = "keyword" if flt.field in KEYWORD_PAYLOAD_FIELDS else self.field_types.get(flt.field)
         if field_type is None:
             raise FilterError(
-                f"{flt.field!r} is not a filter field of tantivy index {self.directory}; "
-                f"declare it in field_types at create (filterable: {sorted(self.field_types)})"
+                f"{flt.field!r} is not a filter field of this index (filterable: "
+                f"{sorted({*KEYWORD_PAYLOAD_FIELDS, *self.field_types})})"
             )
         if flt.any_of is not None:
             values = coerce_filter_values(flt, field_type)
