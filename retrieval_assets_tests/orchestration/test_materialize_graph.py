@@ -10,6 +10,7 @@ import pytest
 from dagster import materialize
 
 from retrieval_assets.core.benchmark import CONFIGURATIONS
+from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.definitions import defs
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.resources import (
@@ -91,4 +92,4 @@ def test_real_query_finds_the_expected_document(built, tiny_beir: Path) -> None:
     top = result.hits[0]
     assert top.chunk_id.startswith(f"{top.doc_id}#")
     assert set(top.strategy_scores) <= {"bm25", "splade", "dense"} and top.strategy_scores
-    assert result.strategies == ["bm25", "splade", "dense"] and result.fusion == "rrf"
+    assert result.strategies == list(RetrievalSettings().strategies) and result.fusion == RetrievalSettings().fusion.method
