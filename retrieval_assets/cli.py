@@ -207,7 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, json.JSONDecodeError) as exc:
+        # Bad input (a malformed tag, filter or JSON option) is a message, not a traceback.
+        print(f"retrieval-assets {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
