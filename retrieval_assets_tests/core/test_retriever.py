@@ -68,7 +68,8 @@ def encoders():
 
 @pytest.fixture(scope="session")
 def reranker():
-    return load_reranker(RetrievalSettings().rerank.model)
+    rerank = RetrievalSettings().rerank
+    return load_reranker(rerank.model, max_length=rerank.max_length)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -84,6 +84,16 @@ class OnnxDenseEncoder(DenseEncoder):
         self._session = onnxruntime.InferenceSession(
             str(model_dir / "model.onnx"), sess_options=options, providers=onnx_providers(device)
         )
+        # A query is short and runs beside the other strategies' searches: on CPU one intra-op
+        # thread encoded SciFact queries as fast as two (3.3 ms P50) and cut hybrid P95 from 10.1
+        # to 9.0 ms by leaving the other core to BM25. Documents keep the multi-threaded session.
+        self._query_session = self._session
+        if device != "cuda":
+            query_options = onnxruntime.SessionOptions()
+            query_options.intra_op_num_threads = 1
+            self._query_session = onnxruntime.InferenceSession(
+                str(model_dir / "model.onnx"), sess_options=query_options, providers=onnx_providers(device)
+            )
         self._inputs = [i.name for i in self._session.get_inputs()]
         unsupported = set(self._inputs) - set(_ONNX_INPUTS)
         if unsupported:
@@ -108,9 +118,12 @@ class OnnxDenseEncoder(DenseEncoder):
         return self._encode(texts, progress)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.query_prefix + text for text in texts])
+        return self._encode([self.query_prefix + text for text in texts], session=self._query_session)
 
-    def _encode(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+    def _encode(
+        self, texts: Sequence[str], progress: ProgressCallback | None = None, session: Any = None
+    ) -> np.ndarray:
+        session = session or self._session
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         token_ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
@@ -121,9 +134,9 @@ class OnnxDenseEncoder(DenseEncoder):
         )
         for batch in batches:
             if self.batch_invariant:
-                pooled = np.concatenate([self._run(np.asarray([token_ids[i]])) for i in batch])
+                pooled = np.concatenate([self._run(session, np.asarray([token_ids[i]])) for i in batch])
             else:
-                pooled = self._run(np.asarray([token_ids[i] for i in batch]))
+                pooled = self._run(session, np.asarray([token_ids[i] for i in batch]))
             for index, vector in zip(batch, pooled, strict=True):
                 vectors[index] = vector
             done += len(batch)
@@ -131,7 +144,7 @@ class OnnxDenseEncoder(DenseEncoder):
                 progress(done, len(texts))
         return _l2_normalise(np.stack(cast(list[np.ndarray], vectors)))  # every slot was filled above
 
-    def _run(self, input_ids: np.ndarray) -> np.ndarray:
+    def _run(self, session: Any, input_ids: np.ndarray) -> np.ndarray:
         """Pooled vectors for a (batch, length) block of unpadded token ids."""
         input_ids = input_ids.astype(np.int64)
         feeds = {
@@ -139,7 +152,7 @@ class OnnxDenseEncoder(DenseEncoder):
             "attention_mask": np.ones_like(input_ids),
             "token_type_ids": np.zeros_like(input_ids),
         }
-        output = self._session.run([self._output], {name: feeds[name] for name in self._inputs})[0]
+        output = session.run([self._output], {name: feeds[name] for name in self._inputs})[0]
         if output.ndim == 2:  # the export pools already
             return output
         # (batch, length, dim) token states; batches hold no padding, so a plain mean is exact.

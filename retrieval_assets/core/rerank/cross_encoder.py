@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 # BERT-style models have 512 learned positions; a longer input fails inside the model.
 _DEFAULT_MODEL_MAX_LENGTH = 512
 
-# On CPU, batching pays only while a run's activations stay small: on SciFact top-20 at
-# max_length 256, four pairs per run beat one pair per run by ~20% and a whole padded batch of
-# 20 by ~25% (more under load from other processes). So a CPU run holds at most this many
-# padded tokens; a GPU run is limited by ``batch_size`` alone. See bench_runs/rerank_speed.py.
-CPU_MAX_BATCH_TOKENS = 1024
+# On CPU, batching pays only while a run's activations stay small (in cache). SciFact top-20
+# at max_length 256 (bench_runs/rerank_speed.py): two pairs per run were ~15% faster than one
+# pair per run, and one padded run of all 20 was slowest, its P95 up to 2x worse when other
+# processes loaded the cores; four pairs per run helped on an idle CPU but not on a loaded one.
+# So a CPU run holds at most this many padded tokens; a GPU run is limited by batch_size alone.
+CPU_MAX_BATCH_TOKENS = 512
 
 
 def usable_cores() -> int:
@@ -99,6 +100,7 @@ class OnnxCrossEncoder(Reranker):
         device: str = "cpu",
         intra_op_threads: int | None = None,
         max_batch_tokens: int | None = CPU_MAX_BATCH_TOKENS,
+        allow_spinning: bool = False,
     ) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
@@ -108,9 +110,10 @@ class OnnxCrossEncoder(Reranker):
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = intra_op_threads or usable_cores()
         options.inter_op_num_threads = 1  # one query's pairs form a single chain of ops
-        # Idle pool threads spin-wait by default, burning a core other processes need; on
-        # this shared 2-core machine spinning made a top-20 rerank ~2x slower under load.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # onnxruntime's pool threads spin-wait between ops by default. On an idle CPU that was
+        # ~15% faster here, but when other processes want the cores, spinning (even for 50 us)
+        # made a top-20 rerank up to 2x slower and its P95 3x worse. Hosts are shared, so no.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
         providers = onnx_providers(device)
         self._session = onnxruntime.InferenceSession(
             str(model_dir / "model.onnx"), sess_options=options, providers=providers

@@ -76,14 +76,13 @@ def normalized_score_fusion(
         raise ValueError(f"normalisation must be 'minmax' or 'zscore', got {method!r}")
     lists = {strategy: scored for strategy, scored in per_strategy.items() if scored}
     normalised = {strategy: _normalised(scored, method) for strategy, scored in lists.items()}
-    keys = {key for scored in lists.values() for key, _ in scored}
-    fused = {
-        key: sum(
-            _weight(weights, strategy) * values.get(key, missing)
-            for strategy, (values, missing) in normalised.items()
-        )
-        for key in keys
-    }
+    weight = {strategy: _weight(weights, strategy) for strategy in lists}
+    # Every key starts from every strategy's "missing" value; present keys then add the difference.
+    floor = sum(weight[strategy] * missing for strategy, (_, missing) in normalised.items())
+    fused: dict[str, float] = {}
+    for strategy, (values, missing) in normalised.items():
+        for key, value in values.items():
+            fused[key] = fused.get(key, floor) + weight[strategy] * (value - missing)
     return _ranked(fused)
 
 

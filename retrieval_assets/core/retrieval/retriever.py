@@ -39,7 +39,7 @@ from retrieval_assets.core.retrieval.expansion import VocabularyIndex
 from retrieval_assets.core.retrieval.fusion import FusionMethod, fuse, reciprocal_rank_fusion
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms
 from retrieval_assets.core.settings import RetrievalSettings, Strategy
-from retrieval_assets.core.stores.base import DenseStore, LexicalStore, SparseStore
+from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStore, LexicalStore, SparseStore
 
 logger = logging.getLogger(__name__)
 
@@ -391,7 +391,8 @@ class HybridRetriever:
                 seen.add(item)
                 ranking.append((item, hit.score))
                 rank = len(ranking)
-                provenance.setdefault(item, {})[name] = StrategyScore(score=hit.score, rank=rank)
+                # Hundreds per query and built from our own values: construct without validation.
+                provenance.setdefault(item, {})[name] = StrategyScore.model_construct(score=hit.score, rank=rank)
                 if item not in best_hit or rank < best_hit[item][0]:
                     best_hit[item] = (rank, hit)
             scored[name] = ranking
@@ -521,8 +522,7 @@ def _rescored(candidate: _Candidate, score: float) -> _Candidate:
 
 def _to_scored_hit(candidate: _Candidate) -> ScoredHit:
     payload = candidate.hit.payload
-    reserved = {"doc_id", "chunk_id", "text", "title", "section", "tenant_id"}
-    return ScoredHit(
+    return ScoredHit.model_construct(
         doc_id=payload["doc_id"],
         chunk_id=candidate.hit.chunk_id,
         text=payload.get("text", ""),
@@ -533,5 +533,5 @@ def _to_scored_hit(candidate: _Candidate) -> ScoredHit:
         strategy_scores=candidate.strategy_scores,
         first_stage_rank=candidate.first_stage_rank,
         graph_path=candidate.graph_path,
-        metadata={k: v for k, v in payload.items() if k not in reserved},
+        metadata={k: v for k, v in payload.items() if k not in REQUIRED_PAYLOAD_FIELDS},
     )

@@ -225,7 +225,8 @@ class TantivyLexicalStore(LexicalStore):
         hits = []
         for score, address in searcher.search(self._with_filters(clauses, filters), limit=top_k).hits:
             payload = json.loads(searcher.doc(address).get_first(PAYLOAD_FIELD))
-            hits.append(StoreHit(chunk_id=payload["chunk_id"], score=score, payload=payload))
+            # Built from our own payloads on the query path: no validation needed.
+            hits.append(StoreHit.model_construct(chunk_id=payload["chunk_id"], score=score, payload=payload))
         return hits
 
     def fetch_documents(
