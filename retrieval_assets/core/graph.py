@@ -75,6 +75,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from retrieval_assets.core.models import Document, MetadataValue
+from retrieval_assets.core.tables import write_parquet
 
 EDGE_COLUMNS = ["source", "target", "relation", "tenant_id"]
 _EDGE_DTYPES = dict.fromkeys(EDGE_COLUMNS, "string")
@@ -220,12 +221,7 @@ def build_tool_graph(
 
 def save_edges(edges: pd.DataFrame, path: str | Path) -> Path:
     """Write the edge table as Parquet, atomically: readers never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    edges.loc[:, EDGE_COLUMNS].astype(_EDGE_DTYPES).to_parquet(tmp, index=False)
-    tmp.replace(path)
-    return path
+    return write_parquet(edges.loc[:, EDGE_COLUMNS].astype(_EDGE_DTYPES), path)
 
 
 # --------------------------------------------------------------------------- checks and summary

@@ -7,7 +7,7 @@ from the Parquet output of the one before it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,17 @@ from retrieval_assets.core.models import Chunk, Document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
 from retrieval_assets.core.settings import ChunkingSettings
-from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, Payload, infer_field_types
+from retrieval_assets.core.stores.base import (
+    REQUIRED_PAYLOAD_FIELDS,
+    TAGS_FIELD,
+    FieldType,
+    Payload,
+    infer_field_types,
+)
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-from retrieval_assets.core.tables import chunk_payloads, frame_to_raw_rows, raw_rows_to_frame
+from retrieval_assets.core.tables import chunk_payloads, frame_to_raw_rows, raw_rows_to_frame, write_parquet
 from retrieval_assets.core.vectors import dense_matrix, dense_to_frame, sparse_to_frame, sparse_vectors
 
 
@@ -109,19 +115,16 @@ def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = 
         metadata = {k: v for k, v in payload.items() if k not in REQUIRED_PAYLOAD_FIELDS}
         tags = record_context_tokens(metadata, settings)
         if tags:
-            payload["tags"] = tags
+            payload[TAGS_FIELD] = tags
         authors = payload.get("authors")
         if authors:
             payload["author_surnames"] = author_surnames(authors if isinstance(authors, list) else [str(authors)])
     return payloads
 
 
-def keyword_facets(payloads: Sequence[Payload]) -> dict[str, list[str]]:
+def keyword_facets(payloads: Sequence[Payload], field_types: Mapping[str, FieldType]) -> dict[str, list[str]]:
     """Distinct values of each low-cardinality keyword field, for the NL filter parser."""
-    values: dict[str, set[str]] = {}
-    for field, kind in infer_field_types(payloads).items():
-        if kind == "keyword":
-            values[field] = set()
+    values: dict[str, set[str]] = {field: set() for field, kind in field_types.items() if kind == "keyword"}
     for payload in payloads:
         for field, seen in values.items():
             value = payload.get(field)
@@ -131,11 +134,8 @@ def keyword_facets(payloads: Sequence[Payload]) -> dict[str, list[str]]:
 
 
 def write_vocabulary(frame: pd.DataFrame, layout: IndexLayout) -> None:
-    """The vocabulary next to the indexes, replaced atomically so a reader never sees half a file."""
-    layout.root.mkdir(parents=True, exist_ok=True)
-    tmp = layout.vocabulary.with_suffix(".tmp")
-    frame.to_parquet(tmp)
-    tmp.replace(layout.vocabulary)
+    """The vocabulary next to the indexes, where the query side reads it."""
+    write_parquet(frame, layout.vocabulary)
 
 
 def build_faiss_index(
@@ -177,8 +177,9 @@ def build_lexical_index(
     path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None
 ) -> TantivyLexicalStore:
     payloads = index_payloads(chunks, context)
-    store = TantivyLexicalStore.create(path, field_types=infer_field_types(payloads), overwrite=True)
+    field_types = infer_field_types(payloads)
+    store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
     store.add(payloads)
     store.finalize()
-    _write_manifest(path, count=store.count(), facets=keyword_facets(payloads))
+    _write_manifest(path, count=store.count(), facets=keyword_facets(payloads, field_types))
     return store

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.graph import ToolGraph
 from retrieval_assets.core.pipeline import IndexLayout, read_build_manifest

@@ -8,7 +8,9 @@ fields then share one schema, and the flat fields are rebuilt only for store pay
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -44,6 +46,17 @@ CHUNK_COLUMNS: dict[str, str] = {
     "text": "string",
     "metadata": "string",
 }
+
+
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write ``frame`` as Parquet through a temporary file and a rename, so readers never see
+    a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path
 
 
 def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:

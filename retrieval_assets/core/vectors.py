@@ -13,6 +13,12 @@ DENSE_COLUMNS = ["chunk_id", "embedding"]
 SPARSE_COLUMNS = ["chunk_id", "indices", "values"]
 
 
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
 def dense_to_frame(chunk_ids: Sequence[str], vectors: np.ndarray) -> pd.DataFrame:
     if len(chunk_ids) != len(vectors):
         raise ValueError(f"{len(chunk_ids)} chunk ids but {len(vectors)} vectors")

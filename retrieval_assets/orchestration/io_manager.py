@@ -7,6 +7,8 @@ from pathlib import Path
 import pandas as pd
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 
+from retrieval_assets.core.tables import write_parquet
+
 
 class ParquetIOManager(ConfigurableIOManager):
     base_dir: str
@@ -15,11 +17,7 @@ class ParquetIOManager(ConfigurableIOManager):
         return Path(self.base_dir, *context.asset_key.path).with_suffix(".parquet")
 
     def handle_output(self, context: OutputContext, obj: pd.DataFrame) -> None:
-        path = self._path(context)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".parquet.tmp")
-        obj.to_parquet(tmp, index=False)
-        tmp.replace(path)  # readers never see a half-written file
+        path = write_parquet(obj, self._path(context))
         context.add_output_metadata({"path": str(path), "bytes": path.stat().st_size})
 
     def load_input(self, context: InputContext) -> pd.DataFrame:

@@ -10,23 +10,13 @@ import numpy as np
 
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback
 from retrieval_assets.core.encoders.device import onnx_providers, resolve_device
-from retrieval_assets.core.encoders.packaged import (
-    Pooling,
-    ResolvedModel,
-    load_resolved,
-    model_load_error,
-    resolve_model_path,
-)
+from retrieval_assets.core.encoders.packaged import Pooling, load_resolved, resolve_for_role
+from retrieval_assets.core.vectors import l2_normalise
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 _ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
 def _plan_batches(lengths: Sequence[int], batch_size: int, same_length: bool) -> list[list[int]]:
@@ -142,7 +132,7 @@ class OnnxDenseEncoder(DenseEncoder):
             done += len(batch)
             if progress is not None:
                 progress(done, len(texts))
-        return _l2_normalise(np.stack(cast(list[np.ndarray], vectors)))  # every slot was filled above
+        return l2_normalise(np.stack(cast(list[np.ndarray], vectors)))  # every slot was filled above
 
     def _run(self, session: Any, input_ids: np.ndarray) -> np.ndarray:
         """Pooled vectors for a (batch, length) block of unpadded token ids."""
@@ -235,10 +225,7 @@ def load_dense_encoder(
 
     Raises ModelLoadError, naming the model and how to provide it, when it cannot be loaded.
     """
-    resolved: ResolvedModel = resolve_model_path(name_or_path)
-    if resolved.kind == "masked_lm" or resolved.role not in (None, "dense"):
-        role = (resolved.role or "sparse").replace("_", "-")
-        raise model_load_error(name_or_path, f"it is a {role} model, not a dense encoder", "dense")
+    resolved = resolve_for_role(name_or_path, "dense", "dense encoder")
     target = resolve_device(device)
 
     def load(local_files_only: bool) -> DenseEncoder:

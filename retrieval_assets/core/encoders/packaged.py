@@ -207,6 +207,16 @@ def resolve_model_path(name_or_path: str) -> ResolvedModel:
     return ResolvedModel(name=name_or_path, path=name_or_path, kind="hf_name")
 
 
+def resolve_for_role(name_or_path: str, role: ModelRole, what: str) -> ResolvedModel:
+    """Resolve a model for ``role``, refusing masked-LMs and models known to serve another role
+    with a ModelLoadError that names both (``what`` is how the message names ``role``)."""
+    resolved = resolve_model_path(name_or_path)
+    if resolved.kind == "masked_lm" or resolved.role not in (None, role):
+        other = (resolved.role or "sparse").replace("_", "-")
+        raise model_load_error(name_or_path, f"it is a {other} model, not a {what}", role)
+    return resolved
+
+
 def load_resolved(
     resolved: ResolvedModel, load: Callable[[bool], T], role: ModelRole | None = None
 ) -> T:

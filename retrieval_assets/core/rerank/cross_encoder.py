@@ -16,12 +16,7 @@ import numpy as np
 
 from retrieval_assets.core.encoders.dense import _ONNX_INPUTS
 from retrieval_assets.core.encoders.device import onnx_providers, resolve_device
-from retrieval_assets.core.encoders.packaged import (
-    ResolvedModel,
-    load_resolved,
-    model_load_error,
-    resolve_model_path,
-)
+from retrieval_assets.core.encoders.packaged import load_resolved, resolve_for_role
 from retrieval_assets.core.rerank.base import Reranker
 
 if TYPE_CHECKING:
@@ -226,10 +221,7 @@ def load_reranker(
     ``intra_op_threads`` (ONNX only) defaults to the cores this process may use. Raises
     ModelLoadError, naming the model and how to provide it, when it cannot be loaded.
     """
-    resolved: ResolvedModel = resolve_model_path(name_or_path)
-    if resolved.kind == "masked_lm" or resolved.role not in (None, "cross_encoder"):
-        role = (resolved.role or "sparse").replace("_", "-")
-        raise model_load_error(name_or_path, f"it is a {role} model, not a cross-encoder", "cross_encoder")
+    resolved = resolve_for_role(name_or_path, "cross_encoder", "cross-encoder")
     target = resolve_device(device)
 
     def load(local_files_only: bool) -> Reranker:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from retrieval_assets.core.encoders.base import DenseEncoder
+from retrieval_assets.core.vectors import l2_normalise
 from retrieval_assets.core.vocabulary import VOCABULARY_COLUMNS, words
 
 
@@ -22,11 +23,9 @@ class VocabularyIndex:
     """Terms, their document frequencies and L2-normalised embeddings, in memory."""
 
     def __init__(self, terms: Sequence[str], doc_freq: Sequence[int], embeddings: np.ndarray) -> None:
-        matrix = np.asarray(embeddings, dtype=np.float32).reshape(len(terms), -1)
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         self.terms = list(terms)
         self.doc_freq = dict(zip(self.terms, (int(df) for df in doc_freq), strict=True))
-        self._matrix = matrix / np.maximum(norms, 1e-12)
+        self._matrix = l2_normalise(np.asarray(embeddings, dtype=np.float32).reshape(len(terms), -1))
         self._position = {term: row for row, term in enumerate(self.terms)}
 
     @classmethod
@@ -65,8 +64,7 @@ class VocabularyIndex:
         unknown = [t for t in query_terms if t not in self._position]
         vectors = [self._matrix[[self._position[t] for t in known]]]
         if unknown:
-            encoded = np.asarray(encoder.encode_documents(unknown), dtype=np.float32)
-            vectors.append(encoded / np.maximum(np.linalg.norm(encoded, axis=1, keepdims=True), 1e-12))
+            vectors.append(np.asarray(encoder.encode_documents(unknown), dtype=np.float32))  # unit length by the port
         similarity = (np.concatenate(vectors) @ self._matrix.T).max(axis=0)
         for term in known:
             similarity[self._position[term]] = -1.0

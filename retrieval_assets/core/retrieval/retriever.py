@@ -81,6 +81,8 @@ class _Plan:
     trace: _Trace
     # Strategy results already computed for this request: retries re-run BM25 only.
     cache: dict[tuple[str, str], list[StoreHit]] = field(default_factory=dict)
+    # The LLM's paraphrases do not change between retries: asked for once per request.
+    llm_reformulations: list[str] | None = None
 
 
 @dataclass
@@ -306,7 +308,7 @@ class HybridRetriever:
         if not (multi.enabled if request.multi_query is None else request.multi_query):
             return fused
         with plan.trace.stage("multi_query"):
-            variants = self._reformulations(plan.query, fused, plan.trace)
+            variants = self._reformulations(plan, fused)
         runs = {"original": fused}
         for label, text, terms in variants:
             runs[label] = self._search_and_fuse(plan, text, terms)
@@ -323,10 +325,9 @@ class HybridRetriever:
         }
         return [_rescored(by_key[key], score) for key, score in aggregated]
 
-    def _reformulations(
-        self, query: str, first_pass: list[_Candidate], trace: _Trace
-    ) -> list[tuple[str, str, dict[str, float]]]:
+    def _reformulations(self, plan: _Plan, first_pass: list[_Candidate]) -> list[tuple[str, str, dict[str, float]]]:
         """(label, text, lexical expansion terms) of each reformulation."""
+        query = plan.query
         multi = self.settings.multi_query
         variants: list[tuple[str, str, dict[str, float]]] = []
         if multi.pseudo_relevance_feedback and self._vocabulary is not None and first_pass:
@@ -341,12 +342,14 @@ class HybridRetriever:
             if terms:
                 variants.append(("expansion", f"{query} {' '.join(terms)}", terms))
         if self._reformulator is not None:
-            try:
-                for i, text in enumerate(self._reformulator.reformulate(query, multi.llm_reformulations)):
-                    variants.append((f"llm{i + 1}", text, {}))
-            except RuntimeError as exc:
-                trace.diagnostics["llm_error"] = str(exc)
-                logger.warning("%s; searching without LLM reformulations", exc)
+            if plan.llm_reformulations is None:
+                try:
+                    plan.llm_reformulations = self._reformulator.reformulate(query, multi.llm_reformulations)
+                except RuntimeError as exc:
+                    plan.llm_reformulations = []
+                    plan.trace.diagnostics["llm_error"] = str(exc)
+                    logger.warning("%s; searching without LLM reformulations", exc)
+            variants += [(f"llm{i}", text, {}) for i, text in enumerate(plan.llm_reformulations, start=1)]
         return variants
 
     def _lexical_count(self) -> int:
