@@ -46,28 +46,65 @@ def _print_result(result: RetrievalResult) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Materialize every asset on the configured catalog, then print the evaluation and a sample query."""
+    """The nightly flow in one process: the whole incremental build, then (as the candidate sensor
+    would) evaluation and the promotion gate; prints the verdict and a sample query."""
     from dagster import DagsterInstance
 
     from retrieval_assets.definitions import configured_search, defs
 
-    # With $DAGSTER_HOME set the run is recorded where `dagster dev` shows it.
+    # With $DAGSTER_HOME set the runs are recorded where `dagster dev` shows them.
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
-    result = defs.resolve_job_def("index_build_job").execute_in_process(instance=instance, raise_on_error=False)
-    if not result.success:
-        print("index_build_job failed; see the run log above", file=sys.stderr)
-        return 1
+    results = {}
+    for job_name in ("index_build_job", "evaluation_job"):
+        results[job_name] = defs.resolve_job_def(job_name).execute_in_process(instance=instance, raise_on_error=False)
+        if not results[job_name].success:
+            print(f"{job_name} failed; see the run log above", file=sys.stderr)
+            return 1
     resources = defs.resources
-    report = json.loads((resources["storage"].layout().root / "evaluation.json").read_text())
-    print("\nEvaluation (configuration: metrics):")
-    for name, metrics in report["runs"].items():
+    versions = resources["storage"].versions()
+    candidate = results["index_build_job"].output_for_node("index_version")["version"]
+    report = versions.version(candidate).evaluation() or {}
+    print(f"\nCandidate {candidate}, evaluation (configuration: metrics):")
+    for name, metrics in report.get("runs", {}).items():
         marker = " (default)" if name == report["default"] else ""
         print(f"  {name}{marker}: " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
+    gate = report.get("gate", {})
+    verdict = "passed" if gate.get("passed") else "REFUSED: " + "; ".join(gate.get("reasons", []))
+    promoted = versions.promoted()
+    print(f"Promotion gate: {verdict}. Serving: {promoted.id if promoted else 'nothing'}")
+    if promoted is None:
+        return 1
     gold = resources["catalog"].gold()
     sample = args.query or (next(iter(gold.queries.values())) if gold else "search")
     print()
     with configured_search() as search:
         _print_result(search.search(sample, top_k=5))
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    """Every complete index version with its quality and whether it serves."""
+    from retrieval_assets.definitions import defs
+
+    for row in defs.resources["storage"].versions().quality_history():
+        marker = "*" if row.pop("promoted") else " "
+        print(f"{marker} " + "  ".join(f"{key}={value}" for key, value in row.items()))
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """Serve the previously promoted version again (or --to VERSION); one atomic pointer switch."""
+    from retrieval_assets.core.versions import VersionError
+    from retrieval_assets.definitions import defs
+
+    versions = defs.resources["storage"].versions()
+    before = versions.promoted()
+    try:
+        target = versions.rollback(args.to)
+    except VersionError as exc:
+        print(f"rollback: {exc}", file=sys.stderr)
+        return 2
+    print(f"serving {target.id} (was {before.id if before else 'nothing'})")
     return 0
 
 
@@ -123,6 +160,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_incremental(args: argparse.Namespace) -> int:
+    """Full build, no-change re-run, 1%-changed re-run; the last stdout line is the JSON figures."""
+    from retrieval_assets.core.benchmark import run_incremental_benchmark
+    from retrieval_assets.core.catalog import catalog_file
+    from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.settings import PipelineSettings
+
+    dataset = Path(args.dataset)
+    catalog_file(dataset, args.format)  # a missing corpus is reported before the models load
+    settings = PipelineSettings()
+    dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="retrieval-incremental-"))
+    try:
+        figures = run_incremental_benchmark(
+            dataset, args.format, workdir, dense, sparse, settings, args.changed_fraction, progress=_tqdm_progress
+        )
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    line = json.dumps(figures)
+    if args.json_out:
+        Path(args.json_out).write_text(line + "\n")
+    print(line)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API (retrieval_assets.serving) over the current indexes, with uvicorn."""
     from retrieval_assets.serving.server import serve
@@ -160,11 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="retrieval-assets", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="materialize every asset, evaluate, and show a sample query")
+    run = sub.add_parser("run", help="build a candidate, evaluate it, promote it if it passes, show a sample query")
     run.add_argument("--query", help="sample query to show (default: the first gold query)")
     run.set_defaults(func=cmd_run)
 
-    search = sub.add_parser("search", help="query the current indexes")
+    versions = sub.add_parser("versions", help="list index versions, their quality and which one serves (*)")
+    versions.set_defaults(func=cmd_versions)
+
+    rollback = sub.add_parser("rollback", help="serve the previously promoted index version again")
+    rollback.add_argument("--to", help="a specific version id (see `versions`)")
+    rollback.set_defaults(func=cmd_rollback)
+
+    search = sub.add_parser("search", help="query the promoted index version")
     search.add_argument("query")
     search.add_argument("--top-k", type=int, default=10)
     search.add_argument("--filters", help='JSON, e.g. \'{"tenant_id": "acme", "year": {"gte": 2019}}\'')
@@ -186,6 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workdir", help="keep the built indexes here instead of a temporary directory")
     bench.add_argument("--no-rerank", action="store_true", help="skip the hybrid+rerank configuration")
     bench.set_defaults(func=cmd_bench)
+
+    incremental = sub.add_parser(
+        "bench-incremental", help="time a full build, a no-change re-run and a 1%%-changed re-run of a catalog"
+    )
+    incremental.add_argument("--dataset", required=True, help="BEIR directory, or a JSONL tool catalog with --format")
+    incremental.add_argument("--format", choices=["beir", "tool_catalog"], default="beir")
+    incremental.add_argument("--changed-fraction", type=float, default=0.01, help="share of documents changed")
+    incremental.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
+    incremental.add_argument("--json-out", help="also write the result JSON to this file")
+    incremental.set_defaults(func=cmd_bench_incremental)
 
     serve = sub.add_parser("serve", help="serve the HTTP API (search, stream, documents, health) with uvicorn")
     serve.add_argument("--host", default="127.0.0.1")

@@ -6,18 +6,27 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import Definitions, EnvVar, build_resources, load_assets_from_modules
+from dagster import AssetSelection, Definitions, EnvVar, build_resources, load_assets_from_modules
 
 from retrieval_assets.orchestration.assets import embeddings, evaluation, graph, indexes, ingestion
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
-from retrieval_assets.orchestration.jobs import evaluation_job, index_build_job, nightly_index_build
+from retrieval_assets.orchestration.jobs import (
+    embedding_shards_job,
+    evaluation_job,
+    index_build_job,
+    nightly_index_build,
+    rollback_job,
+)
 from retrieval_assets.orchestration.resources import (
     CatalogResource,
     ChunkingResource,
+    IndexBuildResource,
     IndexStorageResource,
     ModelResource,
+    PromotionGateResource,
     SearchResource,
 )
+from retrieval_assets.orchestration.sensors import candidate_evaluation_sensor, catalog_source_sensor
 
 
 def _env_or_none(name: str) -> EnvVar | None:
@@ -37,6 +46,8 @@ def code_location_resources() -> dict[str, object]:
         "chunking": ChunkingResource(),
         "models": models,
         "storage": storage,
+        "build": IndexBuildResource(),
+        "gate": PromotionGateResource(),
         "search": SearchResource(
             storage=storage,
             models=models,
@@ -55,9 +66,14 @@ def configured_search() -> Iterator[SearchResource]:
         yield built.search
 
 
+ASSETS = load_assets_from_modules([ingestion, embeddings, indexes, graph, evaluation])
+# The whole build in one run: every asset but the partitioned embedding-cache warm-up.
+WHOLE_BUILD = AssetSelection.all() - AssetSelection.assets(embeddings.embedding_cache_shard)
+
 defs = Definitions(
-    assets=load_assets_from_modules([ingestion, embeddings, indexes, graph, evaluation]),
-    jobs=[index_build_job, evaluation_job],
+    assets=ASSETS,
+    jobs=[index_build_job, evaluation_job, embedding_shards_job, rollback_job],
     schedules=[nightly_index_build],
+    sensors=[candidate_evaluation_sensor, catalog_source_sensor],
     resources=code_location_resources(),
 )

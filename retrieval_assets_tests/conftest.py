@@ -23,8 +23,12 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def tiny_beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_beir(tmp_path_factory.mktemp("tiny_beir"))
+
+
+def write_tiny_beir(root: Path) -> Path:
     """A BEIR directory with 5 gold queries, their documents, 20 distractors and one malformed line."""
-    root = tmp_path_factory.mktemp("tiny_beir")
+    root.mkdir(parents=True, exist_ok=True)
     qrels_lines = (SCIFACT_MINI / "qrels" / "test.tsv").read_text().splitlines()
     header, rows = qrels_lines[0], [line.split("\t") for line in qrels_lines[1:]]
     query_ids = list(dict.fromkeys(qid for qid, _, _ in rows))[:5]

@@ -6,6 +6,9 @@ It uses exactly the pipeline steps the Dagster assets use, so its figures descri
 from __future__ import annotations
 
 import gc
+import gzip
+import json
+import resource
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,16 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from retrieval_assets.core import pipeline
-from retrieval_assets.core.catalog import CatalogSource, GoldSet, load_gold
+from retrieval_assets.core.build import ProgressFactory, build_candidate
+from retrieval_assets.core.catalog import CatalogSource, GoldSet, catalog_file, load_gold
+from retrieval_assets.core.embedding_cache import content_hash
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
 from retrieval_assets.core.evaluation import EvaluationReport, evaluate, latency_percentiles
 from retrieval_assets.core.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.search import open_retriever
 from retrieval_assets.core.settings import PipelineSettings
-from retrieval_assets.core.tables import chunks_to_frame
-from retrieval_assets.core.vocabulary import build_vocabulary
+from retrieval_assets.core.versions import IndexVersions
 
 # Configuration name -> search request options. "hybrid" is exactly what the query resource does
 # by default (BM25 + dense, min-max fusion, no rerank); the others each change one thing.
@@ -43,8 +46,6 @@ CONFIGURATIONS: dict[str, dict[str, Any]] = {
 DEFAULT_CONFIGURATION = "hybrid"
 EVAL_DEPTH = 100  # deep enough for recall@100
 
-# (stage label) -> progress callback; lets the CLI show tqdm bars and Dagster write log lines.
-ProgressFactory = Callable[[str], ProgressCallback | None]
 
 
 def evaluate_configurations(
@@ -72,38 +73,6 @@ def query_encoding_p95_ms(encoder: DenseEncoder, queries: Mapping[str, str]) -> 
     return latency_percentiles(latencies)["p95_ms"]
 
 
-def build_indexes(
-    source: CatalogSource,
-    layout: pipeline.IndexLayout,
-    dense_encoder: DenseEncoder,
-    sparse_encoder: SparseEncoder,
-    settings: PipelineSettings,
-    progress: ProgressFactory = lambda _: None,
-) -> int:
-    """Every index and the vocabulary of ``source`` under ``layout``; returns the document count.
-
-    Its tables die with it, so queries are timed in a process that holds only what serving holds.
-    """
-    cleaned = pipeline.clean_catalog(pipeline.read_raw_catalog(source), source)
-    chunks = pipeline.chunk_documents(cleaned.documents, settings.chunking)
-    chunk_frame = chunks_to_frame(chunks)
-    dense = pipeline.embed_dense(chunks, dense_encoder, progress("dense"))
-    sparse = pipeline.embed_sparse(chunks, sparse_encoder, progress("sparse"))
-    context = settings.retrieval.context_tokens
-    for store in (
-        pipeline.build_faiss_index(layout.faiss, chunk_frame, dense, dense_encoder.model_name, context),
-        pipeline.build_qdrant_index(
-            layout.qdrant, chunk_frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name, context
-        ),
-        pipeline.build_lexical_index(layout.lexical, chunk_frame, context),
-    ):
-        store.close()
-    pipeline.write_vocabulary(
-        build_vocabulary(chunks, dense_encoder, settings.vocabulary, progress("vocabulary")), layout
-    )
-    return len(cleaned.documents)
-
-
 def run_benchmark(
     dataset: Path,
     workdir: Path,
@@ -115,11 +84,13 @@ def run_benchmark(
 ) -> dict[str, Any]:
     source = CatalogSource(format="beir", path=str(dataset))
     gold = load_gold(dataset)
-    layout = pipeline.IndexLayout(workdir / "indexes")
 
     started = time.perf_counter()
-    documents = build_indexes(source, layout, dense_encoder, sparse_encoder, settings, progress)
+    build = build_candidate(
+        source, IndexVersions(workdir / "indexes"), workdir / "cache", dense_encoder, sparse_encoder, settings, progress
+    )
     build_seconds = time.perf_counter() - started
+    layout = build.version.layout
     # The build's garbage would otherwise be traversed by collections during the timed queries.
     gc.collect()
     gc.freeze()
@@ -139,7 +110,7 @@ def run_benchmark(
         retriever.close()
     return {
         "dataset": dataset.name,
-        "docs": documents,
+        "docs": build.documents,
         "queries": len(gold.queries),
         "build_seconds": round(build_seconds, 2),
         "encode_query_p95_ms": round(encode_p95, 2),
@@ -163,3 +134,86 @@ def ndcg_histogram(report: EvaluationReport, bins: int = 5) -> list[tuple[str, i
     """Per-query nDCG@10 counted in equal-width bins, for a quick look at the score distribution."""
     counts, edges = np.histogram([q.ndcg_at_10 for q in report.per_query], bins=bins, range=(0.0, 1.0))
     return [(f"{edges[i]:.1f}-{edges[i + 1]:.1f}", int(c)) for i, c in enumerate(counts)]
+
+
+# Fields of a catalog record that hold its main text, by catalog format.
+_TEXT_FIELD = {"beir": "text", "tool_catalog": "description"}
+
+
+def change_documents(corpus: Path, target: Path, text_field: str, fraction: float) -> int:
+    """Copy ``corpus`` (JSONL, optionally gzipped) to ``target`` with the text of ``fraction`` of
+    its records changed; the records are picked by a hash of their line, so the pick is stable
+    and spread over the file. Returns how many records changed."""
+    threshold = int(fraction * 2**32)
+    changed = 0
+    with _open_text(corpus) as lines, target.open("w", encoding="utf-8") as out:
+        for line in lines:
+            if int(content_hash(line)[:8], 16) < threshold:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    record = None
+                if isinstance(record, dict):
+                    record[text_field] = f"{record.get(text_field) or ''} Revised for the incremental benchmark."
+                    line = json.dumps(record) + "\n"
+                    changed += 1
+            out.write(line)
+    return changed
+
+
+def _open_text(path: Path) -> Any:
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def run_incremental_benchmark(
+    dataset: Path,
+    catalog_format: str,
+    workdir: Path,
+    dense_encoder: DenseEncoder,
+    sparse_encoder: SparseEncoder,
+    settings: PipelineSettings,
+    changed_fraction: float = 0.01,
+    progress: ProgressFactory = lambda _: None,
+) -> dict[str, Any]:
+    """A full build, a re-run with no change, and a re-run with ``changed_fraction`` of the
+    documents changed, each timed from reading the catalog to a sealed version."""
+    corpus = catalog_file(dataset, catalog_format)
+    catalog_dir = workdir / "catalog"
+    catalog_dir.mkdir(parents=True, exist_ok=True)
+    # The working copy keeps the layout the format expects: a BEIR directory or a JSONL file.
+    working = catalog_dir / ("corpus.jsonl" if catalog_format == "beir" else "catalog.jsonl")
+    change_documents(corpus, working, _TEXT_FIELD[catalog_format], fraction=0.0)
+    source = CatalogSource(format=catalog_format, path=str(catalog_dir if catalog_format == "beir" else working))
+    versions, cache = IndexVersions(workdir / "indexes"), workdir / "cache"
+
+    def timed_build() -> tuple[float, Any]:
+        started = time.perf_counter()
+        result = build_candidate(source, versions, cache, dense_encoder, sparse_encoder, settings, progress)
+        return time.perf_counter() - started, result
+
+    full_seconds, full = timed_build()
+    peak_rss_mb = _peak_rss_mb()
+    noop_seconds, noop = timed_build()
+    changed = change_documents(corpus, working, _TEXT_FIELD[catalog_format], changed_fraction)
+    one_percent_seconds, one_percent = timed_build()
+    return {
+        "dataset": dataset.name,
+        "documents": full.documents,
+        "chunks": full.chunks,
+        "changed_documents": changed,
+        "full_stages": full.seconds,
+        "one_percent_stages": one_percent.seconds,
+        "noop_reused_version": noop.reused,
+        "noop_ratio": round(noop_seconds / full_seconds, 4),
+        "one_percent_ratio": round(one_percent_seconds / full_seconds, 4),
+        "full_seconds": round(full_seconds, 2),
+        "noop_seconds": round(noop_seconds, 2),
+        "one_percent_seconds": round(one_percent_seconds, 2),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+        "reembedded_chunks_noop": noop.reembedded_chunks(),
+        "reembedded_chunks_one_percent": one_percent.reembedded_chunks(),
+    }

@@ -90,12 +90,19 @@ def _beir_file(beir_dir: Path, stem: str) -> Path:
     raise CatalogError(f"BEIR directory {beir_dir} has no {stem} (or {stem}.gz)")
 
 
+def catalog_file(path: str | Path, catalog_format: str) -> Path:
+    """The JSONL file holding a catalog's records: a BEIR directory's corpus, or the file itself."""
+    path = Path(path)
+    if catalog_format == "beir":
+        return _beir_file(path, "corpus.jsonl")
+    if not path.is_file():
+        raise CatalogError(f"catalog file not found: {path}")
+    return path
+
+
 def load_raw_rows(source: CatalogSource) -> Iterator[RawRow]:
     """Raw rows of a catalog source, whatever its format."""
-    path = Path(source.path)
-    if source.format == "beir":
-        path = _beir_file(path, "corpus.jsonl")
-    return read_raw_rows(path)
+    return read_raw_rows(catalog_file(source.path, source.format))
 
 
 def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -148,3 +155,27 @@ def load_gold(beir_dir: str | Path, split: str = "test") -> GoldSet:
             f"{qrels_path}: {len(missing)} judged queries missing from queries.jsonl, e.g. {missing[:5]}"
         )
     return GoldSet(queries={qid: texts[qid] for qid in qrels}, qrels=qrels)
+
+
+def source_name(path: str | Path) -> str:
+    """A catalog's name: its directory or file name without the .jsonl/.gz suffixes."""
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def discover_sources(directory: str | Path) -> dict[str, CatalogSource]:
+    """Catalogs in ``directory`` by name, each its own tenant: a subdirectory holding a BEIR
+    ``corpus.jsonl(.gz)``, or a ``.jsonl(.gz)`` tool catalog. Anything else is ignored."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CatalogError(f"catalog sources directory not found: {directory}")
+    found = {}
+    for entry in sorted(directory.iterdir()):
+        name = source_name(entry)
+        if entry.is_dir() and any((entry / f).is_file() for f in ("corpus.jsonl", "corpus.jsonl.gz")):
+            found[name] = CatalogSource(format="beir", path=str(entry), tenant_id=name)
+        elif entry.is_file() and entry.name.endswith((".jsonl", ".jsonl.gz")):
+            found[name] = CatalogSource(format="tool_catalog", path=str(entry), tenant_id=name)
+    return found

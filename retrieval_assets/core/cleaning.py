@@ -69,6 +69,20 @@ class CleaningStats(BaseModel):
     rows_quarantined: int
     by_reason: dict[str, int]  # every reason, zero included, so the shape is stable
 
+    @classmethod
+    def combine(cls, parts: Iterable[CleaningStats]) -> CleaningStats:
+        parts = list(parts)
+        reasons = {reason.value: 0 for reason in QuarantineReason}
+        for part in parts:
+            for reason, count in part.by_reason.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+        return cls(
+            rows_in=sum(p.rows_in for p in parts),
+            rows_kept=sum(p.rows_kept for p in parts),
+            rows_quarantined=sum(p.rows_quarantined for p in parts),
+            by_reason=reasons,
+        )
+
 
 class CleaningResult(BaseModel):
     documents: list[Document]

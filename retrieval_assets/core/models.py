@@ -46,6 +46,8 @@ class Chunk(BaseModel):
     title: str = ""
     text: str
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    # SHA-256 of the embedding text and the chunker config; embeddings are cached under it.
+    content_hash: str = ""
 
     @staticmethod
     def make_id(doc_id: str, ordinal: int) -> str:

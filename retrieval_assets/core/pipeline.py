@@ -15,10 +15,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from retrieval_assets.core.catalog import CatalogSource, load_raw_rows
+from retrieval_assets.core.catalog import CatalogSource, catalog_file, load_raw_rows
 from retrieval_assets.core.chunking import make_chunker
-from retrieval_assets.core.cleaning import CleaningResult, clean_rows
-from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
+from retrieval_assets.core.cleaning import CleaningResult, CleaningStats, clean_rows
+from retrieval_assets.core.embedding_cache import (
+    BlockEncoder,
+    CacheStats,
+    EmbeddingCache,
+    content_hash,
+    encode_with_cache,
+)
+from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.models import Chunk, Document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
@@ -32,9 +39,17 @@ from retrieval_assets.core.stores.base import (
 )
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy_store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 from retrieval_assets.core.tables import chunk_payloads, frame_to_raw_rows, raw_rows_to_frame, write_parquet
-from retrieval_assets.core.vectors import dense_matrix, dense_to_frame, sparse_to_frame, sparse_vectors
+from retrieval_assets.core.vectors import (
+    DENSE_COLUMNS,
+    SPARSE_COLUMNS,
+    dense_matrix,
+    dense_values,
+    sparse_values,
+    sparse_vectors,
+)
 
 
 @dataclass(frozen=True)
@@ -68,27 +83,93 @@ def read_raw_catalog(source: CatalogSource) -> pd.DataFrame:
     return raw_rows_to_frame(load_raw_rows(source))
 
 
+def read_raw_catalogs(sources: Sequence[CatalogSource]) -> pd.DataFrame:
+    """Every line of every source; the ``source`` column says which file it came from."""
+    return raw_rows_to_frame(row for source in sources for row in load_raw_rows(source))
+
+
 def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
     return clean_rows(frame_to_raw_rows(raw), source.format, source.tenant_id)
 
 
+def clean_catalogs(raw: pd.DataFrame, sources: Sequence[CatalogSource]) -> CleaningResult:
+    """Each source's rows cleaned with its own format and tenant, the results concatenated."""
+    results = []
+    for source in sources:
+        rows = raw[raw["source"] == str(catalog_file(source.path, source.format))]
+        results.append(clean_catalog(rows, source))
+    unclaimed = len(raw) - sum(r.stats.rows_in for r in results)
+    if unclaimed:
+        raise ValueError(f"{unclaimed} raw rows come from no configured source: re-materialize raw_catalog")
+    return CleaningResult(
+        documents=[d for r in results for d in r.documents],
+        quarantine=[q for r in results for q in r.quarantine],
+        stats=CleaningStats.combine(r.stats for r in results),
+    )
+
+
 def chunk_documents(documents: Sequence[Document], settings: ChunkingSettings) -> list[Chunk]:
+    """Chunks with their ``content_hash``: the embedding text under this chunker config."""
     chunker = make_chunker(settings.kind, settings.window_words, settings.overlap_words)
-    return [chunk for doc in documents for chunk in chunker.chunk(doc)]
+    config = settings.model_dump_json()
+    return [
+        chunk.model_copy(update={"content_hash": content_hash(config, chunk.embedding_text)})
+        for doc in documents
+        for chunk in chunker.chunk(doc)
+    ]
+
+
+def _embed(
+    chunks: Sequence[Chunk],
+    encode_block: BlockEncoder,
+    cache: EmbeddingCache,
+    columns: list[str],
+    progress: ProgressCallback | None,
+) -> tuple[pd.DataFrame, CacheStats]:
+    keys = [c.content_hash for c in chunks]
+    if not all(keys):
+        raise ValueError("chunks lack a content_hash: make them with chunk_documents")
+    values, stats = encode_with_cache(keys, [c.embedding_text for c in chunks], encode_block, cache, progress=progress)
+    values.insert(0, "chunk_id", pd.Series([c.chunk_id for c in chunks], dtype="string"))
+    return values[columns], stats
 
 
 def embed_dense(
-    chunks: Sequence[Chunk], encoder: DenseEncoder, progress: ProgressCallback | None = None
-) -> pd.DataFrame:
-    vectors = encoder.encode_documents([c.embedding_text for c in chunks], progress=progress)
-    return dense_to_frame([c.chunk_id for c in chunks], np.asarray(vectors))
+    chunks: Sequence[Chunk], encoder: DenseEncoder, cache: EmbeddingCache, progress: ProgressCallback | None = None
+) -> tuple[pd.DataFrame, CacheStats]:
+    """Dense vectors of every chunk; only text the cache lacks is encoded."""
+    return _embed(
+        chunks,
+        lambda texts, report: dense_values(np.asarray(encoder.encode_documents(texts, progress=report))),
+        cache,
+        DENSE_COLUMNS,
+        progress,
+    )
 
 
 def embed_sparse(
-    chunks: Sequence[Chunk], encoder: SparseEncoder, progress: ProgressCallback | None = None
-) -> pd.DataFrame:
-    vectors = encoder.encode_documents([c.embedding_text for c in chunks], progress=progress)
-    return sparse_to_frame([c.chunk_id for c in chunks], vectors)
+    chunks: Sequence[Chunk], encoder: SparseEncoder, cache: EmbeddingCache, progress: ProgressCallback | None = None
+) -> tuple[pd.DataFrame, CacheStats]:
+    """SPLADE vectors of every chunk; only text the cache lacks is encoded."""
+    return _embed(
+        chunks,
+        lambda texts, report: sparse_values(encoder.encode_documents(texts, progress=report)),
+        cache,
+        SPARSE_COLUMNS,
+        progress,
+    )
+
+
+def embedding_cache(cache_root: Path, kind: str, encoder: DenseEncoder | SparseEncoder) -> EmbeddingCache:
+    return EmbeddingCache(cache_root / kind, encoder_fingerprint(encoder))
+
+
+def build_fingerprint(chunks: pd.DataFrame, **settings: object) -> str:
+    """What a build's indexes are made of: every chunk row (text, hash, metadata) plus the
+    models and index settings. Equal fingerprints mean the same indexes."""
+    rows = pd.util.hash_pandas_object(chunks.sort_values("chunk_id").reset_index(drop=True), index=False)
+    described = json.dumps({**settings, "tantivy_format": TANTIVY_FORMAT_VERSION}, sort_keys=True, default=str)
+    return content_hash(rows.to_numpy().tobytes().hex(), described)
 
 
 BUILD_MANIFEST = "build.json"

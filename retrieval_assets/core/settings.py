@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from retrieval_assets.core.graph import DEFAULT_DOMAIN_FIELDS
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.query.nl_filters import NLFilterSettings
 from retrieval_assets.core.retrieval.fusion import FusionMethod
@@ -126,4 +127,6 @@ class PipelineSettings(BaseModel):
     models: ModelSettings = ModelSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     vocabulary: VocabularySettings = VocabularySettings()
+    # Metadata fields whose values become domain nodes of the tool graph (EDAM "topics").
+    graph_domain_fields: tuple[str, ...] = DEFAULT_DOMAIN_FIELDS
     retrieval: RetrievalSettings = RetrievalSettings()

@@ -45,6 +45,7 @@ CHUNK_COLUMNS: dict[str, str] = {
     "title": "string",
     "text": "string",
     "metadata": "string",
+    "content_hash": "string",
 }
 
 
@@ -121,6 +122,7 @@ def chunk_payloads(frame: pd.DataFrame) -> list[Payload]:
             for key, value in json.loads(record.pop("metadata")).items()
         }
         record.pop("ordinal")
+        record.pop("content_hash")
         # Required fields last: they win over a colliding metadata key (cleaning renames those anyway).
         payloads.append({**metadata, **record})
     return payloads

@@ -9,8 +9,8 @@ import pandas as pd
 
 from retrieval_assets.core.models import SparseVector
 
-DENSE_COLUMNS = ["chunk_id", "embedding"]
-SPARSE_COLUMNS = ["chunk_id", "indices", "values"]
+DENSE_COLUMNS = ["chunk_id", "content_hash", "embedding"]
+SPARSE_COLUMNS = ["chunk_id", "content_hash", "indices", "values"]
 
 
 def l2_normalise(vectors: np.ndarray) -> np.ndarray:
@@ -19,18 +19,15 @@ def l2_normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def dense_to_frame(chunk_ids: Sequence[str], vectors: np.ndarray) -> pd.DataFrame:
-    if len(chunk_ids) != len(vectors):
-        raise ValueError(f"{len(chunk_ids)} chunk ids but {len(vectors)} vectors")
-    return pd.DataFrame({"chunk_id": list(chunk_ids), "embedding": [v.astype(np.float32) for v in vectors]})
+def dense_values(vectors: np.ndarray) -> pd.DataFrame:
+    """The value column of a dense table, one row per vector."""
+    return pd.DataFrame({"embedding": [v.astype(np.float32) for v in vectors]})
 
 
-def sparse_to_frame(chunk_ids: Sequence[str], vectors: Sequence[SparseVector]) -> pd.DataFrame:
-    if len(chunk_ids) != len(vectors):
-        raise ValueError(f"{len(chunk_ids)} chunk ids but {len(vectors)} vectors")
+def sparse_values(vectors: Sequence[SparseVector]) -> pd.DataFrame:
+    """The value columns of a sparse table, one row per vector."""
     return pd.DataFrame(
         {
-            "chunk_id": list(chunk_ids),
             "indices": [np.asarray(v.indices, dtype=np.int32) for v in vectors],
             "values": [np.asarray(v.values, dtype=np.float32) for v in vectors],
         }

@@ -8,9 +8,11 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
+from retrieval_assets.core.embedding_cache import CacheStats, EmbeddingCache, content_hash, encode_with_cache
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import VocabularySettings
+from retrieval_assets.core.vectors import dense_values
 
 VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "embedding"]
 
@@ -65,13 +67,27 @@ def collect_terms(chunks: Iterable[Chunk], settings: VocabularySettings) -> pd.D
     )
 
 
+def term_key(term: str) -> str:
+    """A term's embedding-cache key; terms share the dense cache with chunk texts."""
+    return content_hash("term", term)
+
+
 def build_vocabulary(
     chunks: Sequence[Chunk],
     encoder: DenseEncoder,
     settings: VocabularySettings,
+    cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, CacheStats]:
+    """Terms with their embeddings; a term embedded by an earlier build is not encoded again."""
     terms = collect_terms(chunks, settings)
-    vectors = encoder.encode_documents(terms["term"].tolist(), progress=progress) if len(terms) else []
-    terms["embedding"] = list(vectors)
-    return terms[VOCABULARY_COLUMNS]
+    words = terms["term"].tolist()
+    vectors, stats = encode_with_cache(
+        [term_key(term) for term in words],
+        words,
+        lambda block, report: dense_values(encoder.encode_documents(block, progress=report)),
+        cache,
+        progress=progress,
+    )
+    terms["embedding"] = vectors["embedding"].to_list() if len(words) else []
+    return terms[VOCABULARY_COLUMNS], stats

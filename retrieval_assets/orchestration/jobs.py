@@ -1,26 +1,75 @@
-"""Jobs and schedules."""
+"""Jobs and the nightly schedule.
 
-from __future__ import annotations
+``index_build_job`` is the whole incremental build, unpartitioned, ending at the sealed
+candidate; the candidate sensor then starts ``evaluation_job``, which promotes only through the
+gate. ``embedding_shards_job`` backfills the embedding cache per catalog source and hash shard.
+"""
 
-from dagster import AssetSelection, DefaultScheduleStatus, ScheduleDefinition, define_asset_job
 
-from retrieval_assets.orchestration.assets.evaluation import retrieval_evaluation
-
-index_build_job = define_asset_job(
-    "index_build_job",
-    selection=AssetSelection.all(),
-    description="Ingest, clean, chunk, embed, index, then evaluate: the whole graph.",
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetSelection,
+    Config,
+    DefaultScheduleStatus,
+    OpExecutionContext,
+    ScheduleDefinition,
+    define_asset_job,
+    job,
+    op,
 )
+
+from retrieval_assets.orchestration.assets.embeddings import embedding_cache_shard
+from retrieval_assets.orchestration.assets.evaluation import promoted_index, retrieval_evaluation
+from retrieval_assets.orchestration.partitions import source_shards
+from retrieval_assets.orchestration.resources import IndexStorageResource
 
 evaluation_job = define_asset_job(
     "evaluation_job",
-    selection=AssetSelection.assets(retrieval_evaluation),
-    description="Evaluate the current indexes against the gold queries.",
+    selection=AssetSelection.assets(retrieval_evaluation, promoted_index),
+    description="Evaluate the sealed candidate through the query resource; promote it only if the gate passes.",
+)
+
+index_build_job = define_asset_job(
+    "index_build_job",
+    selection=AssetSelection.all() - AssetSelection.assets(embedding_cache_shard, retrieval_evaluation, promoted_index),
+    description="The whole incremental build: ingest, clean, chunk, embed what changed, write and seal a candidate.",
+)
+
+embedding_shards_job = define_asset_job(
+    "embedding_shards_job",
+    selection=AssetSelection.assets(embedding_cache_shard),
+    partitions_def=source_shards,
+    description="Fill the embedding cache for one catalog source and hash shard; backfill shards in parallel.",
 )
 
 nightly_index_build = ScheduleDefinition(
     name="nightly_index_build",
     job=index_build_job,
     cron_schedule="0 2 * * *",
-    default_status=DefaultScheduleStatus.STOPPED,
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="Nightly incremental build; the candidate sensor evaluates and promotes what it produces.",
 )
+
+
+class RollbackConfig(Config):
+    # Empty: the version promoted before the current one.
+    to_version: str | None = None
+
+
+@op
+def rollback_promoted_version(context: OpExecutionContext, config: RollbackConfig, storage: IndexStorageResource):
+    versions = storage.versions()
+    before = versions.promoted()
+    target = versions.rollback(config.to_version)
+    context.log.info(f"serving {target.id} again (was {before.id if before else 'nothing'})")
+    yield AssetMaterialization(
+        asset_key=AssetKey("promoted_index"),
+        description="rollback",
+        metadata={"version": target.id, "previous": before.id if before else "(none)", "changed": True},
+    )
+
+
+@job(description="Point serving back at the previously promoted version (or at config.to_version).")
+def rollback_job():
+    rollback_promoted_version()

@@ -9,17 +9,17 @@ from typing import Any, Literal
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
-from retrieval_assets.core.catalog import CatalogSource, GoldSet, load_gold
+from retrieval_assets.core.catalog import CatalogSource, GoldSet, discover_sources, load_gold, source_name
 from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
-from retrieval_assets.core.pipeline import IndexLayout
+from retrieval_assets.core.gate import GateSettings
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.rerank.base import Reranker
 from retrieval_assets.core.rerank.cross_encoder import load_reranker
 from retrieval_assets.core.retrieval.fusion import FusionMethod
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.search import open_retriever
+from retrieval_assets.core.search import BackendNotAvailableError, open_retriever
 from retrieval_assets.core.settings import (
     ChunkingSettings,
     ExpansionSettings,
@@ -27,23 +27,32 @@ from retrieval_assets.core.settings import (
     GraphSettings,
     ModelSettings,
     MultiQuerySettings,
+    PipelineSettings,
     RerankSettings,
     RetrievalSettings,
+    VocabularySettings,
 )
+from retrieval_assets.core.versions import DEFAULT_KEEP, IndexVersion, IndexVersions
 from retrieval_assets.paths import DEFAULT_CATALOG, default_home
 
 
 class CatalogResource(ConfigurableResource):
-    """Which catalog to ingest: a JSONL tool catalog or a BEIR directory (with gold queries)."""
+    """Which catalogs to ingest: the main one (a JSONL tool catalog or a BEIR directory, with gold
+    queries), plus every catalog that appears in ``sources_dir``, each its own tenant."""
 
     format: Literal["tool_catalog", "beir"] = "beir"
     path: str = str(DEFAULT_CATALOG)
     tenant_id: str = "default"
     # A BEIR directory with queries.jsonl and qrels/; defaults to ``path`` for BEIR catalogs.
     gold_path: str | None = None
+    # Extra catalogs: a BEIR directory or a .jsonl(.gz) tool catalog per entry, named after it.
+    sources_dir: str | None = None
 
-    def source(self) -> CatalogSource:
-        return CatalogSource(format=self.format, path=self.path, tenant_id=self.tenant_id)
+    def sources(self) -> dict[str, CatalogSource]:
+        """Catalog sources by name: the partition keys of the per-source assets."""
+        main = CatalogSource(format=self.format, path=self.path, tenant_id=self.tenant_id)
+        found = discover_sources(self.sources_dir) if self.sources_dir else {}
+        return {source_name(self.path): main, **found}
 
     def gold(self) -> GoldSet | None:
         gold_dir = self.gold_path or (self.path if self.format == "beir" else None)
@@ -96,9 +105,12 @@ class ChunkingResource(ConfigurableResource):
 
 
 class IndexStorageResource(ConfigurableResource):
-    """Where artifacts and embedded indexes live, and which servers to use instead when configured."""
+    """Where artifacts, the embedding cache and the index versions live, and which servers to use
+    instead when configured."""
 
     home: str = str(default_home())
+    # Sealed versions kept besides the promoted one and its predecessor (for rollback).
+    keep_versions: int = DEFAULT_KEEP
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
     opensearch_url: str | None = None
@@ -107,8 +119,38 @@ class IndexStorageResource(ConfigurableResource):
     def artifacts_dir(self) -> Path:
         return Path(self.home) / "artifacts"
 
-    def layout(self) -> IndexLayout:
-        return IndexLayout(Path(self.home) / "indexes")
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.home) / "embedding_cache"
+
+    def versions(self) -> IndexVersions:
+        return IndexVersions(Path(self.home) / "indexes")
+
+
+class IndexBuildResource(ConfigurableResource):
+    """What an index version holds besides the chunk indexes; part of its fingerprint."""
+
+    vocabulary_min_doc_freq: int = VocabularySettings().min_doc_freq
+    vocabulary_max_terms: int = VocabularySettings().max_terms
+    # Metadata fields whose values become domain nodes (EDAM "topics", also "operations").
+    graph_domain_fields: list[str] = list(PipelineSettings().graph_domain_fields)
+
+    def vocabulary(self) -> VocabularySettings:
+        return VocabularySettings(min_doc_freq=self.vocabulary_min_doc_freq, max_terms=self.vocabulary_max_terms)
+
+
+class PromotionGateResource(ConfigurableResource):
+    """The blocking quality gate between a candidate version and serving (``GateSettings``)."""
+
+    min_ndcg_at_10: float = GateSettings().min_ndcg_at_10
+    min_recall_at_100: float = GateSettings().min_recall_at_100
+    max_ndcg_drop: float = GateSettings().max_ndcg_drop
+    max_recall_drop: float = GateSettings().max_recall_drop
+    p95_budget_ms: float = GateSettings().p95_budget_ms
+    promote_without_gold: bool = GateSettings().promote_without_gold
+
+    def settings(self) -> GateSettings:
+        return GateSettings.model_validate(self.model_dump())
 
 
 @lru_cache(maxsize=2)
@@ -144,7 +186,9 @@ class SearchResource(ConfigurableResource):
     # indexed with the same mapping, so index assets read it from here too.
     context_tokens: dict[str, Any] | None = None
 
-    _retriever: Any = PrivateAttr(default=None)
+    # Open retrievers by version id: the promoted one, and the one it replaced, which requests
+    # already in flight during a promotion finish on.
+    _retrievers: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def retrieval_settings(self) -> RetrievalSettings:
         defaults = RetrievalSettings()
@@ -172,26 +216,40 @@ class SearchResource(ConfigurableResource):
             }
         )
 
-    def retriever(self) -> HybridRetriever:
-        if self._retriever is None:
-            settings = self.retrieval_settings()
-            self._retriever = open_retriever(
-                self.storage.layout(),
-                dense_encoder=self.models.dense_encoder(),
-                sparse_encoder=self.models.sparse_encoder(),
-                settings=settings,
-                # Loaded even when off by default, so a request can still ask for rerank.
-                reranker=_reranker(settings.rerank.model, self.models.device, settings.rerank.max_length),
-                llm_api_key=self.llm_api_key,
-                qdrant_url=self.storage.qdrant_url,
-                opensearch_url=self.storage.opensearch_url,
+    def retriever(self, version: str | None = None) -> HybridRetriever:
+        """A retriever over ``version``, or over the promoted version as of this call."""
+        versions = self.storage.versions()
+        target = versions.version(version) if version else versions.promoted()
+        if target is None:
+            raise BackendNotAvailableError(
+                f"no index version is promoted under {versions.root}: build and evaluate one first "
+                "(retrieval-assets run, or index_build_job then evaluation_job)"
             )
-        return self._retriever
+        if target.id not in self._retrievers:
+            self._retrievers[target.id] = self._open(target)
+            for stale in list(self._retrievers)[:-2]:
+                self._retrievers.pop(stale).close()
+        return self._retrievers[target.id]
+
+    def _open(self, version: IndexVersion) -> HybridRetriever:
+        if not version.sealed:
+            raise BackendNotAvailableError(f"index version {version.id} is incomplete: re-run the index build")
+        settings = self.retrieval_settings()
+        return open_retriever(
+            version.layout,
+            dense_encoder=self.models.dense_encoder(),
+            sparse_encoder=self.models.sparse_encoder(),
+            settings=settings,
+            # Loaded even when off by default, so a request can still ask for rerank.
+            reranker=_reranker(settings.rerank.model, self.models.device, settings.rerank.max_length),
+            llm_api_key=self.llm_api_key,
+            qdrant_url=self.storage.qdrant_url,
+            opensearch_url=self.storage.opensearch_url,
+        )
 
     def close(self) -> None:
-        if self._retriever is not None:
-            self._retriever.close()
-            self._retriever = None
+        while self._retrievers:
+            self._retrievers.popitem()[1].close()
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         # The embedded Qdrant shard allows one open handle per process: release it after each run.

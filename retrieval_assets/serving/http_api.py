@@ -165,7 +165,7 @@ def create_app(
     else:
         if layout is None:
             raise TypeError("create_app(factory) needs layout= (where the factory's indexes live)")
-        service = SearchService(search, layout)
+        service = SearchService.for_layout(search, layout)
         home = home or layout.root.parent
     inbox = DocumentInbox.under(home)
 

@@ -1,19 +1,17 @@
-"""What the HTTP layer needs from the query side: one shared retriever, its indexes' health and version."""
+"""What the HTTP layer needs from the query side: the promoted version's retriever, its health and version."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from retrieval_assets.core.filters import MetadataFilter
 from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit
-from retrieval_assets.core.pipeline import BUILD_MANIFEST, IndexLayout, read_build_manifest
+from retrieval_assets.core.pipeline import IndexLayout, read_build_manifest
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.search import BackendNotAvailableError
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
@@ -30,12 +28,15 @@ UNAVAILABLE_ERRORS = (BackendNotAvailableError, OSError)
 _BACKENDS = {"faiss": ("faiss", "dense"), "qdrant": ("qdrant", "splade"), "tantivy": ("lexical", "bm25")}
 
 
-class IndexVersion(BaseModel):
-    """A fingerprint of the build being served. For now a hash of the three indexes' build
-    manifests (content and modification time); index versioning will replace how it is computed."""
+class ServedVersion(BaseModel):
+    """The promoted index version and when it was promoted (both None for a fixed, unversioned layout)."""
 
-    version: str | None
-    built_at: str | None
+    version: str | None = None
+    promoted_at: str | None = None
+
+
+# What serves now: the layout (None while nothing is promoted) and its version.
+CurrentVersion = Callable[[], tuple[IndexLayout | None, ServedVersion]]
 
 
 class BackendHealth(BaseModel):
@@ -47,7 +48,7 @@ class BackendHealth(BaseModel):
 class Health(BaseModel):
     status: str  # "ok" when every backend is ready, "unavailable" otherwise
     version: str | None
-    built_at: str | None
+    promoted_at: str | None
     strategies: list[str]
     backends: dict[str, BackendHealth]
     vocabulary: bool
@@ -55,44 +56,53 @@ class Health(BaseModel):
     error: str | None = None
 
 
-def index_version(layout: IndexLayout) -> IndexVersion:
-    digest = hashlib.sha256()
-    mtimes: list[float] = []
-    for name, (attribute, _) in _BACKENDS.items():
-        manifest = getattr(layout, attribute) / BUILD_MANIFEST
-        if manifest.is_file():
-            stat = manifest.stat()
-            digest.update(f"{name}\0{stat.st_mtime_ns}\0".encode())
-            digest.update(manifest.read_bytes())
-            mtimes.append(stat.st_mtime)
-    if not mtimes:
-        return IndexVersion(version=None, built_at=None)
-    built_at = datetime.fromtimestamp(max(mtimes), tz=UTC).isoformat(timespec="seconds")
-    return IndexVersion(version=digest.hexdigest()[:16], built_at=built_at)
+def promoted_version(search: SearchResource) -> tuple[IndexLayout | None, ServedVersion]:
+    pointer = search.storage.versions().pointer()
+    if pointer is None:
+        return None, ServedVersion()
+    layout = search.storage.versions().version(pointer["version"]).layout
+    return layout, ServedVersion(version=pointer["version"], promoted_at=pointer.get("promoted_at"))
 
 
 class SearchService:
-    """One retriever, opened by whichever request comes first and shared by all (it is thread-safe);
-    a separate tantivy reader answers document look-ups."""
+    """The retriever of whichever version is promoted when a request arrives: a promotion takes
+    effect on the next request, while requests in flight finish on the version they started
+    with. A separate tantivy reader answers document look-ups."""
 
-    def __init__(self, open_retriever: RetrieverFactory, layout: IndexLayout, close: Callable[[], None] | None = None):
-        self.layout = layout
+    def __init__(
+        self, open_retriever: RetrieverFactory, current: CurrentVersion, close: Callable[[], None] | None = None
+    ):
         self._open = open_retriever
+        self._current = current
         self._close = close
         self._lock = threading.Lock()
-        self._retriever: HybridRetriever | None = None
-        self._lexical: TantivyLexicalStore | None = None
+        self._lexical: tuple[IndexLayout, TantivyLexicalStore] | None = None
 
     @classmethod
     def from_resource(cls, search: SearchResource) -> SearchService:
-        return cls(search.retriever, search.storage.layout(), close=search.close)
+        # The resource keeps one retriever per version and opens the promoted one on demand.
+        return cls(search.retriever, lambda: promoted_version(search), close=search.close)
+
+    @classmethod
+    def for_layout(cls, open_retriever: RetrieverFactory, layout: IndexLayout) -> SearchService:
+        """A fixed, unversioned layout (tests, embedding apps): the factory is called once."""
+        opened: list[HybridRetriever] = []
+
+        def retriever() -> HybridRetriever:
+            if not opened:
+                opened.append(open_retriever())
+            return opened[0]
+
+        def close() -> None:
+            while opened:
+                opened.pop().close()
+
+        return cls(retriever, lambda: (layout, ServedVersion()), close=close)
 
     def retriever(self) -> HybridRetriever:
         # Under a lock: the embedded Qdrant shard allows one open handle per process.
         with self._lock:
-            if self._retriever is None:
-                self._retriever = self._open()
-            return self._retriever
+            return self._open()
 
     def run(self, request: SearchRequest) -> RetrievalResult:
         return self.retriever().run(request)
@@ -107,13 +117,14 @@ class SearchService:
         return found[0] if found else None
 
     def _lexical_store(self) -> TantivyLexicalStore | None:
+        layout, _ = self._current()
         with self._lock:
-            if self._lexical is None and self.layout.lexical.exists():
+            if layout is not None and (self._lexical is None or self._lexical[0] != layout) and layout.lexical.exists():
                 try:
-                    self._lexical = TantivyLexicalStore.open(self.layout.lexical)
+                    self._lexical = (layout, TantivyLexicalStore.open(layout.lexical))
                 except UNAVAILABLE_ERRORS as exc:
                     logger.warning("cannot open the lexical index for document look-ups: %s", exc)
-            return self._lexical
+            return self._lexical[1] if self._lexical and self._lexical[0] == layout else None
 
     def health(self) -> Health:
         error = None
@@ -121,23 +132,23 @@ class SearchService:
             strategies = self.retriever().available_strategies
         except UNAVAILABLE_ERRORS as exc:
             strategies, error = [], str(exc)
+        layout, served = self._current()
         backends = {}
         for name, (attribute, strategy) in _BACKENDS.items():
-            manifest: dict[str, Any] = read_build_manifest(getattr(self.layout, attribute))
+            manifest: dict[str, Any] = read_build_manifest(getattr(layout, attribute)) if layout else {}
             model = manifest.get("sparse_model" if name == "qdrant" else "dense_model")
             backends[name] = BackendHealth(ready=strategy in strategies, count=manifest.get("count"), model=model)
         lexical = self._lexical_store() if backends["tantivy"].ready else None
         if lexical is not None:
             backends["tantivy"].count = lexical.count()
-        version = index_version(self.layout)
         return Health(
             status="ok" if all(b.ready for b in backends.values()) else "unavailable",
-            version=version.version,
-            built_at=version.built_at,
+            version=served.version,
+            promoted_at=served.promoted_at,
             strategies=strategies,
             backends=backends,
-            vocabulary=self.layout.vocabulary.is_file(),
-            graph=self.layout.graph.is_file(),
+            vocabulary=layout is not None and layout.vocabulary.is_file(),
+            graph=layout is not None and layout.graph.is_file(),
             error=error,
         )
 
@@ -145,7 +156,4 @@ class SearchService:
         with self._lock:
             if self._close is not None:
                 self._close()
-            elif self._retriever is not None:
-                self._retriever.close()
-            self._retriever = None
             self._lexical = None

@@ -94,6 +94,7 @@ class OnnxDenseEncoder(DenseEncoder):
         self._tokenizer.no_padding()
 
         self.model_name = model_name or str(model_dir)
+        self.max_length = max_length
         self.device = device
         self.pooling = pooling
         self.query_prefix = query_prefix
@@ -175,6 +176,7 @@ class SentenceTransformerDenseEncoder(DenseEncoder):
             raise ValueError(f"{model_name_or_path} does not report an embedding dimension")
         self.dim = dim
         self.model_name = model_name or model_name_or_path
+        self.max_length = self._model.max_seq_length
         self.device = device
         self.batch_size = batch_size
         # None: the model's own "query" prompt, if its config has one.

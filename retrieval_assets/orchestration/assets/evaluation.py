@@ -1,10 +1,23 @@
-"""Evaluation of the current indexes against the catalog's gold queries."""
+"""Evaluation of the candidate version against the gold queries, and its gated promotion.
+
+``retrieval_evaluation`` measures the candidate through the same query resource that serves
+queries, and records the gate's verdict next to the version. Its ``promotion_gate`` check is
+blocking: when it fails, ``promoted_index`` does not run and serving stays on the promoted version.
+"""
 
 
-import json
+from datetime import datetime, UTC
+from typing import Any
 
 import pandas as pd
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
 from retrieval_assets.core.benchmark import (
     CONFIGURATIONS,
@@ -13,50 +26,141 @@ from retrieval_assets.core.benchmark import (
     ndcg_histogram,
     summarize,
 )
-from retrieval_assets.orchestration.assets.embeddings import vocabulary
-from retrieval_assets.orchestration.assets.graph import knowledge_graph
-from retrieval_assets.orchestration.assets.indexes import faiss_index, lexical_index, qdrant_index
+from retrieval_assets.core.gate import GateDecision, decide
+from retrieval_assets.core.versions import IndexVersions, VersionError
+from retrieval_assets.orchestration.assets.indexes import NIGHTLY_FRESHNESS
 from retrieval_assets.orchestration.metadata import log_progress, stopwatch
-from retrieval_assets.orchestration.resources import CatalogResource, IndexStorageResource, SearchResource
+from retrieval_assets.orchestration.resources import (
+    CatalogResource,
+    IndexStorageResource,
+    PromotionGateResource,
+    SearchResource,
+)
 
 GROUP = "evaluation"
 
 
-# The query resource reads the vocabulary and the graph too, so evaluation waits for them.
-@asset(group_name=GROUP, deps=[faiss_index, qdrant_index, lexical_index, vocabulary, knowledge_graph])
+def _markdown(frame: pd.DataFrame) -> MetadataValue:
+    return MetadataValue.md(frame.to_markdown(index=False) if len(frame) else "_(empty)_")
+
+
+def _gate_table(decision: GateDecision) -> MetadataValue:
+    return _markdown(pd.DataFrame(decision.comparison).T.rename_axis("metric").reset_index())
+
+
+def _history_table(versions: IndexVersions) -> MetadataValue:
+    return _markdown(pd.DataFrame(versions.quality_history()))
+
+
+@asset(
+    group_name=GROUP,
+    check_specs=[
+        AssetCheckSpec(
+            "promotion_gate",
+            asset="retrieval_evaluation",
+            blocking=True,
+            description="Quality floors, allowed drops against the promoted version, and the P95 budget.",
+        )
+    ],
+)
 def retrieval_evaluation(
     context: AssetExecutionContext,
     catalog: CatalogResource,
     storage: IndexStorageResource,
     search: SearchResource,
-) -> MaterializeResult:
-    """recall@k, nDCG@10, MRR@10 and per-query latency for every configuration, through the query resource."""
-    gold = catalog.gold()
-    if gold is None:
-        context.log.warning("the catalog has no gold queries (set gold_path): nothing to evaluate")
-        return MaterializeResult(metadata={"evaluated": False, "reason": "no gold queries configured"})
-    with stopwatch() as timer:
-        reports = evaluate_configurations(
-            search.retriever(), gold, progress=lambda label: log_progress(context, label, every_percent=25)
-        )
-    summary = {name: summarize(report) for name, report in reports.items()}
-    default = summary[DEFAULT_CONFIGURATION]
-    report_path = storage.layout().root / "evaluation.json"
-    report_path.write_text(json.dumps({"runs": summary, "default": DEFAULT_CONFIGURATION}, indent=2))
-    context.log.info(f"{DEFAULT_CONFIGURATION}: " + ", ".join(f"{k}={v}" for k, v in default.items()))
+    gate: PromotionGateResource,
+    index_version: dict[str, Any],
+):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
+    """recall@k, nDCG@10, MRR@10 and per-query latency of the candidate for every configuration,
+    and the promotion gate's verdict against the promoted version."""
+    versions = storage.versions()
+    candidate = versions.version(index_version["version"])
+    if not candidate.sealed:
+        raise VersionError(f"candidate {candidate.id} is not sealed: its backends disagree; re-run the index build")
+    promoted = versions.promoted()
+    previous_report = promoted.evaluation() if promoted and promoted.id != candidate.id else None
+    previous = (previous_report or {}).get("runs", {}).get(DEFAULT_CONFIGURATION)
 
-    table = pd.DataFrame(summary).T.rename_axis("configuration").reset_index()
-    histogram = pd.DataFrame(ndcg_histogram(reports[DEFAULT_CONFIGURATION]), columns=["ndcg@10", "queries"])
+    gold = catalog.gold()
+    summary: dict[str, dict[str, float]] = {}
+    metadata: dict[str, Any] = {"version": candidate.id, "evaluated": gold is not None}
+    with stopwatch() as timer:
+        if gold is None:
+            context.log.warning("the catalog has no gold queries (set gold_path): the gate decides on checks alone")
+        else:
+            reports = evaluate_configurations(
+                search.retriever(candidate.id),
+                gold,
+                progress=lambda label: log_progress(context, label, every_percent=25),
+            )
+            summary = {name: summarize(report) for name, report in reports.items()}
+            default = reports[DEFAULT_CONFIGURATION]
+            histogram = pd.DataFrame(ndcg_histogram(default), columns=["ndcg@10", "queries"])
+            metadata |= {
+                "queries": default.queries,
+                "configuration": DEFAULT_CONFIGURATION,
+                "options": MetadataValue.json(CONFIGURATIONS[DEFAULT_CONFIGURATION]),
+                **{metric: MetadataValue.float(value) for metric, value in summary[DEFAULT_CONFIGURATION].items()},
+                "configurations": _markdown(pd.DataFrame(summary).T.rename_axis("configuration").reset_index()),
+                "ndcg@10_distribution": _markdown(histogram),
+            }
+    decision = decide(summary.get(DEFAULT_CONFIGURATION), previous, gate.settings())
+    report_path = candidate.write_evaluation(
+        {
+            "version": candidate.id,
+            "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "default": DEFAULT_CONFIGURATION,
+            "runs": summary,
+            "compared_with": promoted.id if previous else None,
+            "gate": decision.model_dump(),
+        }
+    )
+    if not decision.passed:
+        versions.log("refused", version=candidate.id, reasons=decision.reasons)
+        context.log.error(f"candidate {candidate.id} refused: {'; '.join(decision.reasons)}")
     return MaterializeResult(
         metadata={
-            "evaluated": True,
-            "queries": reports[DEFAULT_CONFIGURATION].queries,
-            "configuration": DEFAULT_CONFIGURATION,
-            "options": MetadataValue.json(CONFIGURATIONS[DEFAULT_CONFIGURATION]),
-            **{metric: MetadataValue.float(value) for metric, value in default.items()},
-            "configurations": MetadataValue.md(table.to_markdown(index=False)),
-            "ndcg@10_distribution": MetadataValue.md(histogram.to_markdown(index=False)),
+            **metadata,
+            "gate_passed": decision.passed,
+            "compared_with": promoted.id if previous else "(nothing promoted yet)",
             "report_path": str(report_path),
             "seconds": timer["seconds"],
+            "quality_history": _history_table(versions),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="promotion_gate",
+                passed=decision.passed,
+                metadata={
+                    "reasons": "; ".join(decision.reasons) or "all gates passed",
+                    "candidate_vs_promoted": _gate_table(decision),
+                },
+            )
+        ],
+    )
+
+
+@asset(group_name=GROUP, deps=[retrieval_evaluation], freshness_policy=NIGHTLY_FRESHNESS)
+def promoted_index(
+    context: AssetExecutionContext, storage: IndexStorageResource, index_version: dict[str, Any]
+) -> MaterializeResult:
+    """The version that serves queries: the candidate, switched in atomically once it passed the gate."""
+    versions = storage.versions()
+    candidate = versions.version(index_version["version"])
+    report = candidate.evaluation() or {}
+    if not report.get("gate", {}).get("passed"):
+        raise VersionError(f"candidate {candidate.id} has not passed the promotion gate; nothing was promoted")
+    current = versions.promoted()
+    if current is None or current.id != candidate.id:
+        versions.promote(candidate, reason="passed the promotion gate", metrics=report["runs"].get(report["default"]))
+        context.log.info(f"promoted {candidate.id} (was {current.id if current else 'nothing'})")
+    pruned = versions.prune(storage.keep_versions)
+    return MaterializeResult(
+        metadata={
+            "version": candidate.id,
+            "previous": current.id if current else "(none)",
+            "changed": current is None or current.id != candidate.id,
+            "pruned_versions": ", ".join(pruned) or "(none)",
+            "quality_history": _history_table(versions),
         }
     )

@@ -1,7 +1,14 @@
-"""Embedded FAISS, Qdrant and tantivy indexes over the chunks and their embeddings."""
+"""The candidate index version: FAISS, Qdrant and tantivy indexes written into it, then sealed.
+
+``index_candidate`` names the version from the build fingerprint. When a complete version with
+that fingerprint exists (nothing changed), every index asset reuses it instead of rebuilding.
+``index_version`` seals the candidate once every backend holds the same chunk ids; its
+materialization is what the evaluation sensor waits for.
+"""
 
 
 from datetime import timedelta
+from typing import Any
 
 import pandas as pd
 from dagster import (
@@ -10,13 +17,24 @@ from dagster import (
     AssetExecutionContext,
     FreshnessPolicy,
     MaterializeResult,
+    MetadataValue,
     asset,
 )
 
 from retrieval_assets.core import pipeline
+from retrieval_assets.core.build import backend_chunk_ids, backend_differences, candidate_fingerprint, seal_candidate
+from retrieval_assets.core.pipeline import IndexLayout
 from retrieval_assets.core.stores.base import IndexStore
+from retrieval_assets.core.stores.faiss_store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 from retrieval_assets.orchestration.metadata import stopwatch
-from retrieval_assets.orchestration.resources import IndexStorageResource, ModelResource, SearchResource
+from retrieval_assets.orchestration.resources import (
+    IndexBuildResource,
+    IndexStorageResource,
+    ModelResource,
+    SearchResource,
+)
 
 GROUP = "indexes"
 # Nightly builds: warn when an index misses one night, fail when it misses two.
@@ -73,6 +91,42 @@ def _index_result(
     return result
 
 
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+def index_candidate(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    models: ModelResource,
+    search: SearchResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
+) -> MaterializeResult[dict[str, Any]]:
+    """The version this build writes, named by its fingerprint: chunks, models and index settings."""
+    fingerprint = candidate_fingerprint(
+        chunks,
+        models.dense_encoder(),
+        models.sparse_encoder(),
+        build.vocabulary(),
+        build.graph_domain_fields,
+        search.retrieval_settings().context_tokens,
+    )
+    versions = storage.versions()
+    version = versions.candidate(fingerprint)
+    promoted = versions.promoted()
+    record = {"version": version.id, "fingerprint": fingerprint, "reused": version.sealed, "path": str(version.path)}
+    context.log.info(
+        f"candidate {version.id}: "
+        + ("identical to a complete version, reused" if version.sealed else "new, building every index")
+    )
+    return MaterializeResult(
+        value=record,
+        metadata={**record, "promoted_version": promoted.id if promoted else "(none)"},
+    )
+
+
+def _candidate_layout(storage: IndexStorageResource, candidate: dict[str, Any]) -> IndexLayout:
+    return storage.versions().version(candidate["version"]).layout
+
+
 @asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("faiss_index"))
 def faiss_index(
     context: AssetExecutionContext,
@@ -81,12 +135,17 @@ def faiss_index(
     search: SearchResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
+    index_candidate: dict[str, Any],
 ) -> MaterializeResult:
     """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
-    path = storage.layout().faiss
+    path = _candidate_layout(storage, index_candidate).faiss
     with stopwatch() as timer:
-        store = pipeline.build_faiss_index(
-            path, chunks, dense_embeddings, models.dense_model, search.retrieval_settings().context_tokens
+        store = (
+            FaissDenseStore.open(path)
+            if index_candidate["reused"]
+            else pipeline.build_faiss_index(
+                path, chunks, dense_embeddings, models.dense_model, search.retrieval_settings().context_tokens
+            )
         )
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
@@ -96,6 +155,7 @@ def faiss_index(
         (store.dim, models.dense_encoder().dim),
         path=str(path),
         model=models.dense_model,
+        reused_version=index_candidate["reused"],
     )
 
 
@@ -108,18 +168,23 @@ def qdrant_index(
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     sparse_embeddings: pd.DataFrame,
+    index_candidate: dict[str, Any],
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
-    path = storage.layout().qdrant
+    path = _candidate_layout(storage, index_candidate).qdrant
     with stopwatch() as timer:
-        store = pipeline.build_qdrant_index(
-            path,
-            chunks,
-            dense_embeddings,
-            sparse_embeddings,
-            models.dense_model,
-            models.sparse_model,
-            search.retrieval_settings().context_tokens,
+        store = (
+            QdrantEdgeStore.open(path)
+            if index_candidate["reused"]
+            else pipeline.build_qdrant_index(
+                path,
+                chunks,
+                dense_embeddings,
+                sparse_embeddings,
+                models.dense_model,
+                models.sparse_model,
+                search.retrieval_settings().context_tokens,
+            )
         )
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
@@ -130,16 +195,72 @@ def qdrant_index(
         path=str(path),
         dense_model=models.dense_model,
         sparse_model=models.sparse_model,
+        reused_version=index_candidate["reused"],
     )
 
 
 @asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("lexical_index", dense=False))
 def lexical_index(
-    context: AssetExecutionContext, storage: IndexStorageResource, search: SearchResource, chunks: pd.DataFrame
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    search: SearchResource,
+    chunks: pd.DataFrame,
+    index_candidate: dict[str, Any],
 ) -> MaterializeResult:
     """tantivy BM25 index with filterable payload fields, context tokens and facet values."""
-    path = storage.layout().lexical
+    path = _candidate_layout(storage, index_candidate).lexical
     with stopwatch() as timer:
-        store = pipeline.build_lexical_index(path, chunks, search.retrieval_settings().context_tokens)
+        store = (
+            TantivyLexicalStore.open(path)
+            if index_candidate["reused"]
+            else pipeline.build_lexical_index(path, chunks, search.retrieval_settings().context_tokens)
+        )
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
-    return _index_result(store, chunks, timer["seconds"], path=str(path))
+    return _index_result(store, chunks, timer["seconds"], path=str(path), reused_version=index_candidate["reused"])
+
+
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    deps=["knowledge_graph", "vocabulary", faiss_index, qdrant_index, lexical_index],
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=[
+        AssetCheckSpec(
+            "backends_hold_same_chunk_ids",
+            asset="index_version",
+            blocking=True,
+            description="FAISS, Qdrant and tantivy each hold exactly the chunk ids of the build.",
+        )
+    ],
+)
+def index_version(
+    context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame, index_candidate: dict[str, Any]
+):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
+    """The sealed candidate: complete, consistent across backends, ready to be evaluated."""
+    versions = storage.versions()
+    version = versions.version(index_candidate["version"])
+    differences = backend_differences(backend_chunk_ids(version), set(chunks["chunk_id"]))
+    consistent = not any(any(diff.values()) for diff in differences.values())
+    if consistent and not version.sealed:
+        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, run_id=context.run_id)
+    manifest = version.manifest() if version.sealed else {}
+    record = {**index_candidate, "sealed": version.sealed}
+    context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
+    return MaterializeResult(
+        value=record,
+        metadata={
+            "version": version.id,
+            "sealed": version.sealed,
+            "reused": index_candidate["reused"],
+            "chunks": manifest.get("chunks", len(chunks)),
+            "documents": manifest.get("documents", int(chunks["doc_id"].nunique())),
+            "path": str(version.path),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="backends_hold_same_chunk_ids",
+                passed=consistent,
+                metadata={"by_backend": MetadataValue.json(differences)},
+            )
+        ],
+    )

@@ -30,16 +30,17 @@ MAX_QUARANTINE_RATIO = 0.2
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
 def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> MaterializeResult[pd.DataFrame]:
-    """Every line of the configured catalog, undecoded beyond UTF-8, so that nothing is lost before cleaning."""
+    """Every line of every configured catalog, undecoded beyond UTF-8, so that nothing is lost before cleaning."""
+    sources = catalog.sources()
     with stopwatch() as timer:
-        frame = pipeline.read_raw_catalog(catalog.source())
-    context.log.info(f"read {len(frame)} rows from {catalog.path}")
+        frame = pipeline.read_raw_catalogs(list(sources.values()))
+    context.log.info(f"read {len(frame)} rows from {len(sources)} catalog(s): {', '.join(sources)}")
     return MaterializeResult(
         value=frame,
         metadata={
             "rows": len(frame),
-            "source": catalog.path,
-            "format": catalog.format,
+            "rows_by_source": MetadataValue.json(frame["source"].value_counts().to_dict()),
+            "sources": MetadataValue.json({name: s.model_dump() for name, s in sources.items()}),
             "seconds": timer["seconds"],
         },
     )
@@ -63,7 +64,7 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
 def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, raw_catalog: pd.DataFrame):
     """NFKC, LaTeX and whitespace cleanup; rows that cannot be used are quarantined with a reason."""
     with stopwatch() as timer:
-        result = pipeline.clean_catalog(raw_catalog, catalog.source())
+        result = pipeline.clean_catalogs(raw_catalog, list(catalog.sources().values()))
     kept, quarantined = documents_to_frame(result.documents), quarantine_to_frame(result.quarantine)
     if len(kept) + len(quarantined) != len(raw_catalog):
         raise RuntimeError(
