@@ -10,7 +10,7 @@ import gzip
 import json
 import resource
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 from retrieval_assets.core.build import ProgressFactory, build_candidate
 from retrieval_assets.core.catalog import CatalogSource, GoldSet, catalog_file, load_gold
 from retrieval_assets.core.embedding_cache import content_hash
-from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder
+from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.evaluation import EvaluationReport, evaluate, latency_percentiles
 from retrieval_assets.core.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever

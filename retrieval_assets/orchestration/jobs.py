@@ -21,7 +21,6 @@ from dagster import (
 
 from retrieval_assets.orchestration.assets.embeddings import embedding_cache_shard
 from retrieval_assets.orchestration.assets.evaluation import promoted_index, retrieval_evaluation
-from retrieval_assets.orchestration.partitions import source_shards
 from retrieval_assets.orchestration.resources import IndexStorageResource
 
 evaluation_job = define_asset_job(
@@ -39,7 +38,6 @@ index_build_job = define_asset_job(
 embedding_shards_job = define_asset_job(
     "embedding_shards_job",
     selection=AssetSelection.assets(embedding_cache_shard),
-    partitions_def=source_shards,
     description="Fill the embedding cache for one catalog source and hash shard; backfill shards in parallel.",
 )
 

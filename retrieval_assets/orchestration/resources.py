@@ -12,8 +12,8 @@ from pydantic import PrivateAttr
 from retrieval_assets.core.catalog import CatalogSource, GoldSet, discover_sources, load_gold, source_name
 from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
-from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.gate import GateSettings
+from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.rerank.base import Reranker
 from retrieval_assets.core.rerank.cross_encoder import load_reranker

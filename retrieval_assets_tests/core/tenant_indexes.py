@@ -22,11 +22,10 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from dagster import DagsterInstance, EnvVar, materialize
 
-from retrieval_assets.definitions import defs
+from retrieval_assets.definitions import ASSETS, WHOLE_BUILD, code_location_resources
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.resources import (
     CatalogResource,
-    ChunkingResource,
     IndexStorageResource,
     ModelResource,
     SearchResource,
@@ -148,11 +147,12 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
     root_logger.setLevel(logging.DEBUG)
     try:
         result = materialize(
-            list(defs.assets),
+            ASSETS,
+            selection=WHOLE_BUILD,
             instance=instance,
             resources={
+                **code_location_resources(),
                 "catalog": CatalogResource(format="tool_catalog", path=str(catalog), gold_path=str(_gold(root))),
-                "chunking": ChunkingResource(),
                 "models": models,
                 "storage": storage,
                 "search": search,

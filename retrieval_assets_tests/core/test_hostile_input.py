@@ -16,10 +16,12 @@ import pytest
 from dagster import materialize
 
 from retrieval_assets.core import pipeline
+from retrieval_assets.core.build import build_candidate
 from retrieval_assets.core.catalog import CatalogSource, read_raw_rows
 from retrieval_assets.core.cleaning import QuarantineReason, clean_rows
-from retrieval_assets.core.settings import ChunkingSettings
-from retrieval_assets.core.tables import chunks_to_frame, documents_to_frame
+from retrieval_assets.core.settings import PipelineSettings
+from retrieval_assets.core.tables import documents_to_frame
+from retrieval_assets.core.versions import IndexVersions
 from retrieval_assets.orchestration.assets.ingestion import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.resources import CatalogResource, ChunkingResource, ModelResource
@@ -139,13 +141,9 @@ def test_kept_rows_survive_every_build_step(line: str, tmp_path: Path) -> None:
     if cleaned.quarantine:
         return
     documents_to_frame(cleaned.documents).to_parquet(tmp_path / "documents.parquet")
-    chunk_list = pipeline.chunk_documents(cleaned.documents, ChunkingSettings())
-    frame = chunks_to_frame(chunk_list)
-    frame.to_parquet(tmp_path / "chunks.parquet")
     models = ModelResource()
-    dense = pipeline.embed_dense(chunk_list, models.dense_encoder())
-    sparse = pipeline.embed_sparse(chunk_list, models.sparse_encoder())
-    layout = pipeline.IndexLayout(tmp_path / "indexes")
-    pipeline.build_lexical_index(layout.lexical, frame).close()
-    pipeline.build_faiss_index(layout.faiss, frame, dense, "dense").close()
-    pipeline.build_qdrant_index(layout.qdrant, frame, dense, sparse, "dense", "sparse").close()
+    build = build_candidate(
+        source, IndexVersions(tmp_path / "indexes"), tmp_path / "cache", models.dense_encoder(), models.sparse_encoder(),
+        PipelineSettings(),
+    )
+    assert build.version.sealed and build.chunks >= 1

@@ -16,12 +16,11 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from retrieval_assets.core.models import SearchRequest
-from retrieval_assets.core.pipeline import BUILD_MANIFEST, IndexLayout
+from retrieval_assets.core.pipeline import IndexLayout
 from retrieval_assets.core.search import BackendNotAvailableError
 from retrieval_assets.serving import create_app
 from retrieval_assets.serving.inbox import INBOX_FILE
 from retrieval_assets.serving.loadtest import run_load_test
-from retrieval_assets.serving.service import index_version
 from retrieval_assets_tests.core.tenant_indexes import TenantBuild, build_tenant_indexes
 
 QUERY = "align sequencing reads to a reference genome"
@@ -218,19 +217,8 @@ def test_health_reports_backends_and_version(client: TestClient, build: TenantBu
     assert health["status"] == "ok" and all(b["ready"] for b in health["backends"].values())
     assert len(set(counts.values())) == 1 and counts["tantivy"] > 0
     assert health["vocabulary"] and health["graph"] and health["strategies"] == ["bm25", "splade", "dense"]
-    assert health["version"] == index_version(IndexLayout(build.home / "indexes")).version
-
-
-def test_version_changes_with_any_build_manifest(tmp_path: Path) -> None:
-    layout = IndexLayout(tmp_path)
-    assert index_version(layout).version is None
-    for path in (layout.faiss, layout.qdrant, layout.lexical):
-        path.mkdir()
-        (path / BUILD_MANIFEST).write_text('{"count": 3}')
-    first = index_version(layout)
-    assert first.version and first.built_at and index_version(layout) == first
-    (layout.qdrant / BUILD_MANIFEST).write_text('{"count": 4}')
-    assert index_version(layout).version != first.version
+    pointer = build.search_resource().storage.versions().pointer()
+    assert health["version"] == pointer["version"] and health["promoted_at"] == pointer["promoted_at"]
 
 
 def test_without_indexes_health_and_search_say_unavailable(tmp_path: Path) -> None:

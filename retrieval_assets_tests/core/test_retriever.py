@@ -15,17 +15,23 @@ from pathlib import Path
 import pytest
 
 from retrieval_assets.core import pipeline
+from retrieval_assets.core.build import build_candidate
 from retrieval_assets.core.catalog import CatalogSource
 from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
-from retrieval_assets.core.graph import build_tool_graph, save_edges
 from retrieval_assets.core.query.control_tags import ControlTagError
 from retrieval_assets.core.rerank.cross_encoder import load_reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.search import open_retriever
-from retrieval_assets.core.settings import ChunkingSettings, ModelSettings, RetrievalSettings, VocabularySettings
+from retrieval_assets.core.settings import (
+    ChunkingSettings,
+    ModelSettings,
+    PipelineSettings,
+    RetrievalSettings,
+    VocabularySettings,
+)
 from retrieval_assets.core.stores.tantivy_store import TAG_SCORE, TantivyLexicalStore
 from retrieval_assets.core.tables import chunks_to_frame
-from retrieval_assets.core.vocabulary import build_vocabulary
+from retrieval_assets.core.versions import IndexVersions
 from retrieval_assets.paths import BUNDLED_DATA
 
 TOOLS_WITH_RELATIONS = Path(__file__).resolve().parent.parent / "data" / "tools_with_relations.jsonl"
@@ -79,20 +85,10 @@ def tool_layout(tmp_path_factory: pytest.TempPathFactory, encoders) -> pipeline.
     lines = TOOLS_WITH_RELATIONS.read_text().splitlines() + [json.dumps(tool) for tool in IMAGING_TOOLS]
     catalog.write_text("\n".join(lines) + "\n")
     source = CatalogSource(format="tool_catalog", path=str(catalog))
-    cleaned = pipeline.clean_catalog(pipeline.read_raw_catalog(source), source)
-    assert not cleaned.quarantine
-    chunks = pipeline.chunk_documents(cleaned.documents, ChunkingSettings())
-    frame = chunks_to_frame(chunks)
-    dense_encoder, sparse_encoder = encoders
-    dense = pipeline.embed_dense(chunks, dense_encoder)
-    sparse = pipeline.embed_sparse(chunks, sparse_encoder)
-    layout = pipeline.IndexLayout(root / "indexes")
-    pipeline.build_faiss_index(layout.faiss, frame, dense, dense_encoder.model_name).close()
-    pipeline.build_qdrant_index(layout.qdrant, frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name).close()
-    pipeline.build_lexical_index(layout.lexical, frame).close()
-    pipeline.write_vocabulary(build_vocabulary(chunks, dense_encoder, VocabularySettings(min_doc_freq=1)), layout)
-    save_edges(build_tool_graph(cleaned.documents), layout.graph)
-    return layout
+    settings = PipelineSettings(vocabulary=VocabularySettings(min_doc_freq=1))
+    build = build_candidate(source, IndexVersions(root / "indexes"), root / "cache", *encoders, settings)
+    assert not build.quarantined and build.version.sealed
+    return build.version.layout
 
 
 @pytest.fixture()

@@ -591,7 +591,7 @@ def test_stores_open_in_a_new_process(tmp_path):
     for store in (faiss_store, qdrant_store, tantivy_store):
         store.close()
     script = textwrap.dedent(
-        f"""
+        """
         import json, sys
         import numpy as np
         from retrieval_assets.core.filters import parse_filters
@@ -601,16 +601,16 @@ def test_stores_open_in_a_new_process(tmp_path):
         from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
         root, vector = sys.argv[1], np.array(json.loads(sys.argv[2]), dtype=np.float32)
         sparse = SparseVector.model_validate_json(sys.argv[3])
-        filters = parse_filters({{"tenant_id": "acme"}})
+        filters = parse_filters({"tenant_id": "acme"})
         faiss_store = FaissDenseStore.open(root + "/faiss")
         qdrant = QdrantEdgeStore.open(root + "/qdrant")
         tantivy_store = TantivyLexicalStore.open(root + "/tantivy")
-        out = {{
+        out = {
             "faiss": [h.chunk_id for h in faiss_store.search_dense(vector, 3, filters)],
             "qdrant": [h.chunk_id for h in qdrant.search_dense(vector, 3, filters)],
             "qdrant_sparse": [h.chunk_id for h in qdrant.search_sparse(sparse, 3)],
             "tantivy": [h.chunk_id for h in tantivy_store.search_text("common search", 3, filters)],
-        }}
+        }
         qdrant.close()
         print(json.dumps(out))
         """

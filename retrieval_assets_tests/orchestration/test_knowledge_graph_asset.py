@@ -1,4 +1,5 @@
-"""Materialize raw_catalog -> cleaned_documents -> knowledge_graph on the hand-made tool catalog."""
+"""Materialize raw_catalog -> cleaned_documents -> knowledge_graph (into the candidate version)
+on the hand-made tool catalog."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import pandas as pd
 from dagster import materialize
 
 from retrieval_assets.core.graph import ToolGraph
+from retrieval_assets.definitions import code_location_resources
 from retrieval_assets.orchestration.assets.graph import knowledge_graph
-from retrieval_assets.orchestration.assets.ingestion import cleaned_documents, raw_catalog
+from retrieval_assets.orchestration.assets.indexes import index_candidate
+from retrieval_assets.orchestration.assets.ingestion import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.resources import CatalogResource, IndexStorageResource
 
@@ -19,8 +22,9 @@ TOOLS = Path(__file__).resolve().parent.parent / "data" / "tools_with_relations.
 def _materialize(catalog: CatalogResource, home: Path):
     storage = IndexStorageResource(home=str(home))
     result = materialize(
-        [raw_catalog, cleaned_documents, knowledge_graph],
+        [raw_catalog, cleaned_documents, chunks, index_candidate, knowledge_graph],
         resources={
+            **code_location_resources(),
             "catalog": catalog,
             "storage": storage,
             "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
@@ -28,17 +32,17 @@ def _materialize(catalog: CatalogResource, home: Path):
     )
     [event] = result.asset_materializations_for_node("knowledge_graph")
     metadata = {key: value.value for key, value in event.metadata.items()}
-    return result, storage, metadata
+    candidate = storage.versions().version(result.output_for_node("index_candidate")["version"])
+    return result, candidate.layout.graph, metadata
 
 
 def test_knowledge_graph_asset(tmp_path: Path) -> None:
-    result, storage, metadata = _materialize(CatalogResource(format="tool_catalog", path=str(TOOLS)), tmp_path)
+    result, published, metadata = _materialize(CatalogResource(format="tool_catalog", path=str(TOOLS)), tmp_path)
     assert result.success
     [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "graph_edges_within_tenant"]
     assert check.passed
 
-    table = pd.read_parquet(storage.artifacts_dir / "knowledge_graph.parquet")
-    published = storage.layout().graph
+    table = pd.read_parquet(Path(tmp_path, "artifacts", "knowledge_graph.parquet"))
     pd.testing.assert_frame_equal(pd.read_parquet(published), table)
     assert metadata["edges"] == len(table) and metadata["tenants"] == 2
     assert metadata["edges_by_relation"]["requires"] == 4
@@ -50,7 +54,7 @@ def test_knowledge_graph_asset(tmp_path: Path) -> None:
 
 
 def test_document_catalog_gives_an_empty_graph(tmp_path: Path, tiny_beir: Path) -> None:
-    result, storage, metadata = _materialize(CatalogResource(format="beir", path=str(tiny_beir)), tmp_path)
+    result, published, metadata = _materialize(CatalogResource(format="beir", path=str(tiny_beir)), tmp_path)
     assert result.success and metadata["edges"] == 0
     assert all(check.passed for check in result.get_asset_check_evaluations())
-    assert pd.read_parquet(storage.layout().graph).empty
+    assert pd.read_parquet(published).empty

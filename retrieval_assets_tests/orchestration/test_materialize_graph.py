@@ -11,11 +11,10 @@ from dagster import materialize
 
 from retrieval_assets.core.benchmark import CONFIGURATIONS
 from retrieval_assets.core.settings import RetrievalSettings
-from retrieval_assets.definitions import defs
+from retrieval_assets.definitions import ASSETS, WHOLE_BUILD, code_location_resources
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.resources import (
     CatalogResource,
-    ChunkingResource,
     IndexStorageResource,
     ModelResource,
     SearchResource,
@@ -29,10 +28,11 @@ def built(tiny_beir: Path, tmp_path_factory: pytest.TempPathFactory):
     models = ModelResource()
     search = SearchResource(storage=storage, models=models)
     result = materialize(
-        list(defs.assets),
+        ASSETS,
+        selection=WHOLE_BUILD,
         resources={
+            **code_location_resources(),
             "catalog": CatalogResource(format="beir", path=str(tiny_beir)),
-            "chunking": ChunkingResource(),
             "models": models,
             "storage": storage,
             "search": search,
@@ -77,8 +77,10 @@ def test_evaluation_is_recorded(built) -> None:
     metadata = _metadata(result, "retrieval_evaluation")
     assert metadata["evaluated"] is True
     assert 0.0 <= metadata["ndcg@10"] <= 1.0 and metadata["p95_ms"] > 0
-    report = json.loads((storage.layout().root / "evaluation.json").read_text())
-    assert set(report["runs"]) == set(CONFIGURATIONS)
+    promoted = storage.versions().promoted()
+    report = promoted.evaluation()
+    assert set(report["runs"]) == set(CONFIGURATIONS) and report["gate"]["passed"]
+    assert metadata["version"] == promoted.id and _metadata(result, "promoted_index")["version"] == promoted.id
 
 
 def test_real_query_finds_the_expected_document(built, tiny_beir: Path) -> None:

@@ -6,7 +6,7 @@ blocking: when it fails, ``promoted_index`` does not run and serving stays on th
 """
 
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd

@@ -242,7 +242,7 @@ def index_version(
     differences = backend_differences(backend_chunk_ids(version), set(chunks["chunk_id"]))
     consistent = not any(any(diff.values()) for diff in differences.values())
     if consistent and not version.sealed:
-        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, run_id=context.run_id)
+        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, run_id=context.run.run_id)
     manifest = version.manifest() if version.sealed else {}
     record = {**index_candidate, "sealed": version.sealed}
     context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
