@@ -6,11 +6,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import AssetSelection, Definitions, EnvVar, build_resources, load_assets_from_modules
+from dagster import Definitions, EnvVar, build_resources, load_assets_from_modules
 
 from retrieval_assets.orchestration.assets import embeddings, evaluation, graph, indexes, ingestion
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.jobs import (
+    BUILD,
+    EVALUATION,
     embedding_shards_job,
     evaluation_job,
     index_build_job,
@@ -67,8 +69,8 @@ def configured_search() -> Iterator[SearchResource]:
 
 
 ASSETS = load_assets_from_modules([ingestion, embeddings, indexes, graph, evaluation])
-# The whole build in one run: every asset but the partitioned embedding-cache warm-up.
-WHOLE_BUILD = AssetSelection.all() - AssetSelection.assets(embeddings.embedding_cache_shard)
+# Build, evaluation and promotion in one run: every asset but the partitioned cache warm-up.
+WHOLE_BUILD = BUILD | EVALUATION
 
 defs = Definitions(
     assets=ASSETS,

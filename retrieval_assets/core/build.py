@@ -155,8 +155,11 @@ def build_candidate(
     layout = version.layout
     dense_cache = pipeline.embedding_cache(cache_root, "dense", dense_encoder)
     sparse_cache = pipeline.embedding_cache(cache_root, "sparse", sparse_encoder)
-    dense, result.encoded["dense"] = pipeline.embed_dense(chunks, dense_encoder, dense_cache, progress("dense"))
-    sparse, result.encoded["sparse"] = pipeline.embed_sparse(chunks, sparse_encoder, sparse_cache, progress("sparse"))
+    block = settings.embedding_block_rows
+    dense, result.encoded["dense"] = pipeline.embed_dense(chunks, dense_encoder, dense_cache, progress("dense"), block)
+    sparse, result.encoded["sparse"] = pipeline.embed_sparse(
+        chunks, sparse_encoder, sparse_cache, progress("sparse"), block
+    )
     lap("embed")
     vocabulary, result.encoded["vocabulary"] = build_vocabulary(
         chunks, dense_encoder, settings.vocabulary, dense_cache, progress("vocabulary")

@@ -19,6 +19,7 @@ from retrieval_assets.core.catalog import CatalogSource, catalog_file, load_raw_
 from retrieval_assets.core.chunking import make_chunker
 from retrieval_assets.core.cleaning import CleaningResult, CleaningStats, clean_rows
 from retrieval_assets.core.embedding_cache import (
+    DEFAULT_BLOCK_ROWS,
     BlockEncoder,
     CacheStats,
     EmbeddingCache,
@@ -125,17 +126,23 @@ def _embed(
     cache: EmbeddingCache,
     columns: list[str],
     progress: ProgressCallback | None,
+    block_rows: int,
 ) -> tuple[pd.DataFrame, CacheStats]:
     keys = [c.content_hash for c in chunks]
     if not all(keys):
         raise ValueError("chunks lack a content_hash: make them with chunk_documents")
-    values, stats = encode_with_cache(keys, [c.embedding_text for c in chunks], encode_block, cache, progress=progress)
+    texts = [c.embedding_text for c in chunks]
+    values, stats = encode_with_cache(keys, texts, encode_block, cache, block_rows=block_rows, progress=progress)
     values.insert(0, "chunk_id", pd.Series([c.chunk_id for c in chunks], dtype="string"))
     return values[columns], stats
 
 
 def embed_dense(
-    chunks: Sequence[Chunk], encoder: DenseEncoder, cache: EmbeddingCache, progress: ProgressCallback | None = None
+    chunks: Sequence[Chunk],
+    encoder: DenseEncoder,
+    cache: EmbeddingCache,
+    progress: ProgressCallback | None = None,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
 ) -> tuple[pd.DataFrame, CacheStats]:
     """Dense vectors of every chunk; only text the cache lacks is encoded."""
     return _embed(
@@ -144,11 +151,16 @@ def embed_dense(
         cache,
         DENSE_COLUMNS,
         progress,
+        block_rows,
     )
 
 
 def embed_sparse(
-    chunks: Sequence[Chunk], encoder: SparseEncoder, cache: EmbeddingCache, progress: ProgressCallback | None = None
+    chunks: Sequence[Chunk],
+    encoder: SparseEncoder,
+    cache: EmbeddingCache,
+    progress: ProgressCallback | None = None,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
 ) -> tuple[pd.DataFrame, CacheStats]:
     """SPLADE vectors of every chunk; only text the cache lacks is encoded."""
     return _embed(
@@ -157,6 +169,7 @@ def embed_sparse(
         cache,
         SPARSE_COLUMNS,
         progress,
+        block_rows,
     )
 
 

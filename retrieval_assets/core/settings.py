@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from retrieval_assets.core.embedding_cache import DEFAULT_BLOCK_ROWS
 from retrieval_assets.core.graph import DEFAULT_DOMAIN_FIELDS
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.query.nl_filters import NLFilterSettings
@@ -129,4 +130,6 @@ class PipelineSettings(BaseModel):
     vocabulary: VocabularySettings = VocabularySettings()
     # Metadata fields whose values become domain nodes of the tool graph (EDAM "topics").
     graph_domain_fields: tuple[str, ...] = DEFAULT_DOMAIN_FIELDS
+    # Texts encoded between two durable embedding-cache writes: bounds memory and lost work.
+    embedding_block_rows: int = Field(DEFAULT_BLOCK_ROWS, ge=1)
     retrieval: RetrievalSettings = RetrievalSettings()

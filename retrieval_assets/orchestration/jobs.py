@@ -23,15 +23,18 @@ from retrieval_assets.orchestration.assets.embeddings import embedding_cache_sha
 from retrieval_assets.orchestration.assets.evaluation import promoted_index, retrieval_evaluation
 from retrieval_assets.orchestration.resources import IndexStorageResource
 
+EVALUATION = AssetSelection.assets(retrieval_evaluation, promoted_index)
+BUILD = AssetSelection.all() - AssetSelection.assets(embedding_cache_shard) - EVALUATION
+
 evaluation_job = define_asset_job(
     "evaluation_job",
-    selection=AssetSelection.assets(retrieval_evaluation, promoted_index),
+    selection=EVALUATION,
     description="Evaluate the sealed candidate through the query resource; promote it only if the gate passes.",
 )
 
 index_build_job = define_asset_job(
     "index_build_job",
-    selection=AssetSelection.all() - AssetSelection.assets(embedding_cache_shard, retrieval_evaluation, promoted_index),
+    selection=BUILD,
     description="The whole incremental build: ingest, clean, chunk, embed what changed, write and seal a candidate.",
 )
 
