@@ -37,7 +37,7 @@ class VersionError(RuntimeError):
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:

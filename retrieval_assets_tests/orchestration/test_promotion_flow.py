@@ -1,0 +1,127 @@
+"""The nightly flow through Dagster on a tiny real catalog: build a candidate, let the sensor ask
+for its evaluation, promote it through the gate; refuse a candidate built with a broken encoder
+config while serving stays unchanged; roll back with the rollback job."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+
+from retrieval_assets.definitions import ASSETS, WHOLE_BUILD, code_location_resources, defs
+from retrieval_assets.orchestration.io_manager import ParquetIOManager
+from retrieval_assets.orchestration.jobs import BUILD, EVALUATION, rollback_job
+from retrieval_assets.orchestration.resources import (
+    CatalogResource,
+    IndexStorageResource,
+    ModelResource,
+    SearchResource,
+)
+from retrieval_assets.orchestration.sensors import candidate_evaluation_sensor
+
+QUERY = "vitamin B12 deficiency and homocysteine"
+
+
+class Deployment:
+    """One home, one Dagster instance, runs materialized as the jobs would materialize them."""
+
+    def __init__(self, home: Path, catalog: Path) -> None:
+        self.storage = IndexStorageResource(home=str(home))
+        self.catalog = catalog
+        self.instance = DagsterInstance.ephemeral()
+
+    def run(self, selection, models: ModelResource | None = None):
+        models = models or ModelResource()
+        return materialize(
+            ASSETS,
+            selection=selection,
+            instance=self.instance,
+            raise_on_error=False,
+            resources={
+                **code_location_resources(),
+                "catalog": CatalogResource(format="beir", path=str(self.catalog)),
+                "models": models,
+                "storage": self.storage,
+                "search": SearchResource(storage=self.storage, models=models),
+                "parquet_io_manager": ParquetIOManager(base_dir=str(self.storage.artifacts_dir)),
+            },
+        )
+
+    def sensor_run_requests(self) -> list:
+        context = build_sensor_context(instance=self.instance, resources={"storage": self.storage})
+        return list(candidate_evaluation_sensor.evaluate_tick(context).run_requests)
+
+    def served_answer(self) -> list[str]:
+        search = SearchResource(storage=self.storage, models=ModelResource())
+        try:
+            return [hit.doc_id for hit in search.search(QUERY, top_k=5).hits]
+        finally:
+            search.close()
+
+
+@pytest.fixture()
+def deployment(tiny_beir: Path, tmp_path: Path) -> Deployment:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(tiny_beir, catalog)
+    return Deployment(tmp_path / "home", catalog)
+
+
+def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Deployment) -> None:
+    versions = deployment.storage.versions()
+    built = deployment.run(BUILD)
+    assert built.success and versions.promoted() is None  # a build alone never changes serving
+    first = built.output_for_node("index_version")
+    [request] = deployment.sensor_run_requests()
+    assert request.run_key.startswith(f"evaluate-{first['version']}-")
+
+    evaluated = deployment.run(EVALUATION)
+    assert evaluated.success and versions.promoted().id == first["version"]
+    assert deployment.sensor_run_requests() == []  # evaluated already: the sensor skips it
+    served = deployment.served_answer()
+
+    # A deliberately broken encoder config: every text truncated to 16 tokens.
+    broken_models = ModelResource(max_length=16)
+    rebuilt = deployment.run(BUILD, broken_models)
+    broken = rebuilt.output_for_node("index_version")["version"]
+    assert rebuilt.success and broken != first["version"]
+    refused = deployment.run(EVALUATION, broken_models)
+    [gate] = [c for c in refused.get_asset_check_evaluations() if c.check_name == "promotion_gate"]
+    assert not gate.passed and "below the promoted" in gate.metadata["reasons"].value
+    assert not refused.asset_materializations_for_node("promoted_index")
+    assert versions.promoted().id == first["version"] and deployment.served_answer() == served
+    report = versions.version(broken).evaluation()
+    assert report["gate"]["passed"] is False and report["compared_with"] == first["version"]
+    assert report["gate"]["comparison"]["ndcg@10"]["candidate"] < report["gate"]["comparison"]["ndcg@10"]["promoted"]
+    assert [e["version"] for e in versions.history() if e["event"] == "refused"] == [broken]
+
+    # A real change (one document fewer) passes and is promoted.
+    corpus = deployment.catalog / "corpus.jsonl"
+    corpus.write_text("\n".join(corpus.read_text().splitlines()[:-2] + corpus.read_text().splitlines()[-1:]) + "\n")
+    changed = deployment.run(WHOLE_BUILD)
+    assert changed.success
+    second = versions.promoted().id
+    assert second not in (first["version"], broken)
+    history = [row["version"] for row in versions.quality_history()]
+    assert history == [first["version"], broken, second]
+
+    rolled_back = rollback_job.execute_in_process(resources={"storage": deployment.storage}, instance=deployment.instance)
+    assert rolled_back.success and versions.promoted().id == first["version"]
+    assert deployment.served_answer() == served
+    [event] = rolled_back.get_asset_materialization_events()
+    assert event.asset_key == AssetKey("promoted_index")
+
+
+def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
+    graph = defs.resolve_asset_graph()
+    for name in ("faiss_index", "qdrant_index", "lexical_index", "knowledge_graph", "index_version", "promoted_index"):
+        assert graph.get(AssetKey(name)).freshness_policy is not None, name
+    [schedule] = defs.schedules
+    assert schedule.cron_schedule == "0 2 * * *" and schedule.job_name == "index_build_job"
+    assert {sensor.name for sensor in defs.sensors} == {"candidate_evaluation_sensor", "catalog_source_sensor"}
+    assert candidate_evaluation_sensor.job_name == "evaluation_job"
+    for job in ("index_build_job", "evaluation_job", "embedding_shards_job", "rollback_job"):
+        assert defs.resolve_job_def(job) is not None
+    build_assets = {key.to_user_string() for key in defs.resolve_job_def("index_build_job").asset_layer.executable_asset_keys}
+    assert "index_version" in build_assets and "promoted_index" not in build_assets
