@@ -58,7 +58,7 @@ class RollbackConfig(Config):
     to_version: str | None = None
 
 
-@op
+@op(out={})
 def rollback_promoted_version(context: OpExecutionContext, config: RollbackConfig, storage: IndexStorageResource):
     versions = storage.versions()
     before = versions.promoted()

@@ -34,7 +34,7 @@ def candidate_evaluation_sensor(
         return SkipReason(f"candidate {version_id} is not sealed (its backends disagree): nothing to evaluate")
     if storage.versions().version(str(version_id)).evaluation() is not None:
         return SkipReason(f"candidate {version_id} was evaluated already (an unchanged catalog rebuilds nothing)")
-    return RunRequest(run_key=f"evaluate-{version_id}-{asset_event.storage_id}", tags={"index_version": str(version_id)})
+    return RunRequest(run_key=f"evaluate-{version_id}-{asset_event.run_id}", tags={"index_version": str(version_id)})
 
 
 @sensor(
