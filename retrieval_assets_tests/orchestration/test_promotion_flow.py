@@ -7,21 +7,25 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+from dagster import AssetKey, AssetSelection, DagsterInstance, MultiPartitionKey, build_sensor_context, materialize
 
 from retrieval_assets.definitions import ASSETS, WHOLE_BUILD, code_location_resources, defs
 from retrieval_assets.orchestration.io_manager import ParquetIOManager
+from retrieval_assets.orchestration.assets.embeddings import embedding_cache_shard
 from retrieval_assets.orchestration.jobs import BUILD, EVALUATION, rollback_job
+from retrieval_assets.orchestration.partitions import catalog_sources, hash_shards
 from retrieval_assets.orchestration.resources import (
     CatalogResource,
     IndexStorageResource,
     ModelResource,
     SearchResource,
 )
-from retrieval_assets.orchestration.sensors import candidate_evaluation_sensor
+from retrieval_assets.orchestration.sensors import candidate_evaluation_sensor, catalog_source_sensor
 
 QUERY = "vitamin B12 deficiency and homocysteine"
+TOOLS = Path(__file__).resolve().parent.parent / "data" / "tools_with_relations.jsonl"
 
 
 class Deployment:
@@ -29,19 +33,20 @@ class Deployment:
 
     def __init__(self, home: Path, catalog: Path) -> None:
         self.storage = IndexStorageResource(home=str(home))
-        self.catalog = catalog
+        self.catalog = CatalogResource(format="beir", path=str(catalog))
         self.instance = DagsterInstance.ephemeral()
 
-    def run(self, selection, models: ModelResource | None = None):
+    def run(self, selection, models: ModelResource | None = None, partition_key: str | None = None):
         models = models or ModelResource()
         return materialize(
             ASSETS,
             selection=selection,
             instance=self.instance,
+            partition_key=partition_key,
             raise_on_error=False,
             resources={
                 **code_location_resources(),
-                "catalog": CatalogResource(format="beir", path=str(self.catalog)),
+                "catalog": self.catalog,
                 "models": models,
                 "storage": self.storage,
                 "search": SearchResource(storage=self.storage, models=models),
@@ -97,7 +102,7 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
     assert [e["version"] for e in versions.history() if e["event"] == "refused"] == [broken]
 
     # A real change (one document fewer) passes and is promoted.
-    corpus = deployment.catalog / "corpus.jsonl"
+    corpus = Path(deployment.catalog.path) / "corpus.jsonl"
     corpus.write_text("\n".join(corpus.read_text().splitlines()[:-2] + corpus.read_text().splitlines()[-1:]) + "\n")
     changed = deployment.run(WHOLE_BUILD)
     assert changed.success
@@ -125,3 +130,42 @@ def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
         assert defs.resolve_job_def(job) is not None
     build_assets = {key.to_user_string() for key in defs.resolve_job_def("index_build_job").asset_layer.executable_asset_keys}
     assert "index_version" in build_assets and "promoted_index" not in build_assets
+
+
+def test_broken_model_config_fails_fast_naming_the_model(deployment: Deployment) -> None:
+    result = deployment.run(BUILD, ModelResource(dense_model="no-such-org/no-such-model"))
+    assert not result.success
+    failures = [event for event in result.all_events if event.is_step_failure]
+    # Every step that needs the encoder fails at load time, before any encoding or index write.
+    assert {event.step_key for event in failures} == {"dense_embeddings", "index_candidate"}
+    assert all("no-such-org/no-such-model" in str(event.event_specific_data.error) for event in failures)
+    assert deployment.storage.versions().sealed() == [] and deployment.storage.versions().promoted() is None
+
+
+def test_new_source_becomes_a_partition_and_shard_runs_fill_the_cache(deployment: Deployment, tmp_path: Path) -> None:
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    shutil.copy(TOOLS, sources / "toolshop.jsonl")
+    deployment.catalog = CatalogResource(format="beir", path=deployment.catalog.path, sources_dir=str(sources))
+    context = build_sensor_context(instance=deployment.instance, resources={"catalog": deployment.catalog})
+    [request] = catalog_source_sensor.evaluate_tick(context).dynamic_partitions_requests
+    assert request.partition_keys == ["catalog", "toolshop"]
+    deployment.instance.add_dynamic_partitions(catalog_sources.name, list(request.partition_keys))
+
+    warmed = 0
+    for shard in hash_shards.get_partition_keys():
+        key = MultiPartitionKey({"source": "toolshop", "shard": shard})
+        result = deployment.run(AssetSelection.assets(embedding_cache_shard), partition_key=key)
+        assert result.success
+        [event] = result.asset_materializations_for_node("embedding_cache_shard")
+        warmed += event.metadata["dense_encoded"].value
+    assert warmed == len(TOOLS.read_text().splitlines())  # every tool in exactly one shard
+
+    built = deployment.run(BUILD)
+    [dense] = built.asset_materializations_for_node("dense_embeddings")
+    chunks = dense.metadata["vectors"].value
+    # The BEIR source was never warmed: only its chunks are encoded; the tools come from the cache.
+    assert dense.metadata["encoded"].value == chunks - warmed
+    # A source's name is the tenant of its records that do not name one (a few tools say "lab-b").
+    tenants = set(pd.read_parquet(deployment.storage.artifacts_dir / "chunks.parquet")["tenant_id"])
+    assert tenants == {"default", "toolshop", "lab-b"}
