@@ -1,5 +1,5 @@
 # Two set-up commands for a fresh machine (Python 3.11, PyPI reachable):
-#   make demo   install, then materialize every asset on the bundled catalog, evaluate, and run a sample query
+#   make demo   install, then build the bundled catalog, evaluate it, promote it, and run a sample query
 #   make test   install, then run the test suite
 PYTHON ?= python3
 VENV := .venv
