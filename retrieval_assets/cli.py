@@ -98,16 +98,18 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     """Serve the previously promoted version again (or --to VERSION); one atomic pointer switch."""
+    from retrieval_assets.core.server_backends import roll_back
     from retrieval_assets.core.versions import VersionError
-    from retrieval_assets.definitions import defs
+    from retrieval_assets.definitions import configured_storage
 
-    versions = defs.resources["storage"].versions()
-    before = versions.promoted()
-    try:
-        target = versions.rollback(args.to)
-    except VersionError as exc:
-        print(f"rollback: {exc}", file=sys.stderr)
-        return 2
+    with configured_storage() as storage:
+        versions = storage.versions()
+        before = versions.promoted()
+        try:
+            target = roll_back(versions, storage.servers(), args.to)
+        except VersionError as exc:
+            print(f"rollback: {exc}", file=sys.stderr)
+            return 2
     print(f"serving {target.id} (was {before.id if before else 'nothing'})")
     return 0
 

@@ -40,7 +40,16 @@ def code_location_resources() -> dict[str, object]:
     storage = IndexStorageResource(
         qdrant_url=_env_or_none("QDRANT_URL"),
         qdrant_api_key=_env_or_none("QDRANT_API_KEY"),
+        qdrant_ca_certs=_env_or_none("QDRANT_CA_CERTS"),
         opensearch_url=_env_or_none("OPENSEARCH_URL"),
+        opensearch_user=_env_or_none("OPENSEARCH_USER"),
+        opensearch_password=_env_or_none("OPENSEARCH_PASSWORD"),
+        opensearch_api_key=_env_or_none("OPENSEARCH_API_KEY"),
+        opensearch_ca_certs=_env_or_none("OPENSEARCH_CA_CERTS"),
+        # Not secrets: plain settings read once.
+        opensearch_verify_certs=os.environ.get("OPENSEARCH_VERIFY_CERTS", "true").lower() not in ("0", "false", "no"),
+        opensearch_replicas=int(os.environ.get("OPENSEARCH_REPLICAS", "1")),
+        opensearch_snapshot_repository=_env_or_none("OPENSEARCH_SNAPSHOT_REPOSITORY"),
     )
     models = ModelResource()
     return {
@@ -58,6 +67,13 @@ def code_location_resources() -> dict[str, object]:
         ),
         "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
     }
+
+
+@contextmanager
+def configured_storage() -> Iterator[IndexStorageResource]:
+    """The code location's storage resource with its EnvVar fields (server secrets) resolved."""
+    with build_resources({"storage": defs.resources["storage"]}) as built:
+        yield built.storage
 
 
 @contextmanager

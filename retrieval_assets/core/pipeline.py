@@ -27,7 +27,7 @@ from retrieval_assets.core.embedding_cache import (
     encode_with_cache,
 )
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder, encoder_fingerprint
-from retrieval_assets.core.models import Chunk, Document
+from retrieval_assets.core.models import Chunk, Document, SparseVector
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
 from retrieval_assets.core.settings import ChunkingSettings
@@ -265,6 +265,15 @@ def build_qdrant_index(
         path, dense_model=dense_model, sparse_model=sparse_model, dim=int(matrix.shape[1]), count=store.count()
     )
     return store
+
+
+def server_payloads(
+    chunks: pd.DataFrame, dense: pd.DataFrame, sparse: pd.DataFrame, context: ContextTokenSettings | None = None
+) -> tuple[list[Payload], np.ndarray, list[SparseVector], dict[str, FieldType]]:
+    """What a server build writes: payloads, their dense and sparse vectors, and field types."""
+    payloads = index_payloads(chunks, context)
+    ids = [p["chunk_id"] for p in payloads]
+    return payloads, dense_matrix(dense, ids), sparse_vectors(sparse, ids), infer_field_types(payloads)
 
 
 def build_lexical_index(

@@ -1,6 +1,8 @@
-"""Opening the current indexes for querying, embedded by default, servers when configured."""
+"""Opening one index version for querying: embedded engines, or servers for the roles they serve."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.graph import ToolGraph
@@ -10,14 +12,14 @@ from retrieval_assets.core.retrieval.expansion import VocabularyIndex
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import RetrievalSettings
-from retrieval_assets.core.stores.base import KEYWORD_PAYLOAD_FIELDS
+from retrieval_assets.core.stores.base import KEYWORD_PAYLOAD_FIELDS, IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 
 
 class BackendNotAvailableError(RuntimeError):
-    """A configured backend cannot be used (missing index, or no adapter for it yet)."""
+    """The indexes cannot be served (not built, not promoted, or incomplete)."""
 
 
 def open_retriever(
@@ -28,34 +30,29 @@ def open_retriever(
     settings: RetrievalSettings,
     reranker: Reranker | None = None,
     llm_api_key: str | None = None,
-    qdrant_url: str | None = None,
-    opensearch_url: str | None = None,
+    server_stores: Mapping[str, IndexStore] | None = None,
 ) -> HybridRetriever:
     """A retriever over the indexes in ``layout``; fails clearly when one has not been built.
 
-    The vocabulary and the tool graph are optional: without them expansion and graph
-    expansion have nothing to add, and the diagnostics say so.
+    ``server_stores`` (role -> store: ``dense``, ``sparse``, ``lexical``) replace the embedded
+    engine of each role they name. The vocabulary and the tool graph are optional: without
+    them expansion and graph expansion have nothing to add, and the diagnostics say so.
     """
-    for name, url in (("QDRANT_URL", qdrant_url), ("OPENSEARCH_URL", opensearch_url)):
-        if url:
-            raise BackendNotAvailableError(
-                f"{name} is set, but the server adapters are not part of this release; unset it to use "
-                "the embedded engines"
-            )
     for label, path in (("faiss_index", layout.faiss), ("qdrant_index", layout.qdrant), ("lexical_index", layout.lexical)):
         if not path.exists():
             raise BackendNotAvailableError(f"no index at {path}: materialize the {label} asset first")
+    servers = dict(server_stores or {})
     facets = read_build_manifest(layout.lexical).get("facets", {})
     nl_settings = settings.nl_filters.model_copy(
         update={"known_venues": frozenset(facets.get(settings.nl_filters.venue_field, ()))}
     )
     multi = settings.multi_query
-    lexical = TantivyLexicalStore.open(layout.lexical)
+    lexical = servers.get("lexical") or TantivyLexicalStore.open(layout.lexical)
     return HybridRetriever(
         dense_encoder=dense_encoder,
         sparse_encoder=sparse_encoder,
-        dense_store=FaissDenseStore.open(layout.faiss),
-        sparse_store=QdrantEdgeStore.open(layout.qdrant),
+        dense_store=servers.get("dense") or FaissDenseStore.open(layout.faiss),
+        sparse_store=servers.get("sparse") or QdrantEdgeStore.open(layout.qdrant),
         lexical_store=lexical,
         settings=settings,
         vocabulary=VocabularyIndex.load(layout.vocabulary) if layout.vocabulary.is_file() else None,

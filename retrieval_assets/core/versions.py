@@ -131,8 +131,8 @@ class IndexVersions:
         path = self.root / POINTER
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def rollback(self, to: str | None = None) -> IndexVersion:
-        """Promote ``to``, or else the version that was promoted before the current one."""
+    def rollback_target(self, to: str | None = None) -> IndexVersion:
+        """``to``, or else the version that was promoted before the current one; complete."""
         pointer = self.pointer()
         target_id = to or (pointer or {}).get("previous")
         if not target_id:
@@ -140,9 +140,14 @@ class IndexVersions:
         target = self.version(target_id)
         if not target.sealed:
             raise VersionError(f"cannot roll back to {target_id}: it was pruned or never completed")
-        current = pointer["version"] if pointer else None
-        self.promote(target, reason=f"rollback from {current}")
-        self.log("rolled_back", version=target.id, previous=current)
+        return target
+
+    def rollback(self, to: str | None = None) -> IndexVersion:
+        """Promote ``rollback_target(to)`` and log the rollback."""
+        target = self.rollback_target(to)
+        current = self.promoted()
+        self.promote(target, reason=f"rollback from {current.id if current else None}")
+        self.log("rolled_back", version=target.id, previous=current.id if current else None)
         return target
 
     def log(self, event: str, **facts: Any) -> None:

@@ -19,6 +19,7 @@ from dagster import (
     op,
 )
 
+from retrieval_assets.core.server_backends import roll_back
 from retrieval_assets.orchestration.assets.embeddings import embedding_cache_shard
 from retrieval_assets.orchestration.assets.evaluation import promoted_index, retrieval_evaluation
 from retrieval_assets.orchestration.resources import IndexStorageResource
@@ -62,7 +63,7 @@ class RollbackConfig(Config):
 def rollback_promoted_version(context: OpExecutionContext, config: RollbackConfig, storage: IndexStorageResource):
     versions = storage.versions()
     before = versions.promoted()
-    target = versions.rollback(config.to_version)
+    target = roll_back(versions, storage.servers(), config.to_version)
     context.log.info(f"serving {target.id} again (was {before.id if before else 'nothing'})")
     yield AssetMaterialization(
         asset_key=AssetKey("promoted_index"),

@@ -20,6 +20,7 @@ from retrieval_assets.core.rerank.cross_encoder import load_reranker
 from retrieval_assets.core.retrieval.fusion import FusionMethod
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.search import BackendNotAvailableError, open_retriever
+from retrieval_assets.core.server_backends import ServerIndexes, ServerSettings
 from retrieval_assets.core.settings import (
     ChunkingSettings,
     ExpansionSettings,
@@ -32,6 +33,8 @@ from retrieval_assets.core.settings import (
     RetrievalSettings,
     VocabularySettings,
 )
+from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings
+from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings
 from retrieval_assets.core.versions import DEFAULT_KEEP, IndexVersion, IndexVersions
 from retrieval_assets.paths import DEFAULT_CATALOG, default_home
 
@@ -111,9 +114,21 @@ class IndexStorageResource(ConfigurableResource):
     home: str = str(default_home())
     # Sealed versions kept besides the promoted one and its predecessor (for rollback).
     keep_versions: int = DEFAULT_KEEP
+    # Servers, used when their URL is set (secrets from EnvVar, see definitions.py).
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
+    qdrant_ca_certs: str | None = None
     opensearch_url: str | None = None
+    opensearch_user: str | None = None
+    opensearch_password: str | None = None
+    opensearch_api_key: str | None = None
+    opensearch_ca_certs: str | None = None
+    opensearch_verify_certs: bool = True
+    opensearch_replicas: int = ServerSettings().opensearch_replicas
+    opensearch_snapshot_repository: str | None = None
+    server_alias: str = ServerSettings().alias
+    server_max_retries: int = ServerSettings().max_retries
+    server_initial_backoff_s: float = ServerSettings().initial_backoff_s
 
     @property
     def artifacts_dir(self) -> Path:
@@ -125,6 +140,30 @@ class IndexStorageResource(ConfigurableResource):
 
     def versions(self) -> IndexVersions:
         return IndexVersions(Path(self.home) / "indexes")
+
+    def servers(self) -> ServerIndexes | None:
+        """The configured Qdrant / OpenSearch servers, or None: embedded engines only."""
+        settings = ServerSettings(
+            qdrant=QdrantServerSettings(url=self.qdrant_url, api_key=self.qdrant_api_key, ca_certs=self.qdrant_ca_certs)
+            if self.qdrant_url
+            else None,
+            opensearch=OpenSearchSettings(
+                url=self.opensearch_url,
+                username=self.opensearch_user,
+                password=self.opensearch_password,
+                api_key=self.opensearch_api_key,
+                ca_certs=self.opensearch_ca_certs,
+                verify_certs=self.opensearch_verify_certs,
+            )
+            if self.opensearch_url
+            else None,
+            alias=self.server_alias,
+            opensearch_replicas=self.opensearch_replicas,
+            snapshot_repository=self.opensearch_snapshot_repository,
+            max_retries=self.server_max_retries,
+            initial_backoff_s=self.server_initial_backoff_s,
+        )
+        return ServerIndexes(settings) if settings.configured else None
 
 
 class IndexBuildResource(ConfigurableResource):
@@ -243,8 +282,7 @@ class SearchResource(ConfigurableResource):
             # Loaded even when off by default, so a request can still ask for rerank.
             reranker=_reranker(settings.rerank.model, self.models.device, settings.rerank.max_length),
             llm_api_key=self.llm_api_key,
-            qdrant_url=self.storage.qdrant_url,
-            opensearch_url=self.storage.opensearch_url,
+            server_stores=servers.stores(version.id) if (servers := self.storage.servers()) else None,
         )
 
     def close(self) -> None:

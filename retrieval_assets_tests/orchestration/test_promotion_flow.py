@@ -4,7 +4,9 @@ config while serving stays unchanged; roll back with the rollback job."""
 
 from __future__ import annotations
 
+import logging
 import shutil
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -59,7 +61,8 @@ class Deployment:
         return list(candidate_evaluation_sensor.evaluate_tick(context).run_requests)
 
     def served_answer(self) -> list[str]:
-        search = SearchResource(storage=self.storage, models=ModelResource())
+        embedded = IndexStorageResource(home=self.storage.home)
+        search = SearchResource(storage=embedded, models=ModelResource())
         try:
             return [hit.doc_id for hit in search.search(QUERY, top_k=5).hits]
         finally:
@@ -169,3 +172,34 @@ def test_new_source_becomes_a_partition_and_shard_runs_fill_the_cache(deployment
     # A source's name is the tenant of its records that do not name one (a few tools say "lab-b").
     tenants = set(pd.read_parquet(deployment.storage.artifacts_dir / "chunks.parquet")["tenant_id"])
     assert tenants == {"default", "toolshop", "lab-b"}
+
+
+def test_unreachable_server_fails_the_build_after_retries_and_promotes_nothing(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert deployment.run(WHOLE_BUILD).success
+    versions = deployment.storage.versions()
+    promoted, served = versions.promoted(), deployment.served_answer()
+    pointer = versions.pointer()
+
+    with socket.socket() as probe:  # a port nothing listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    deployment.storage = IndexStorageResource(
+        home=deployment.storage.home,
+        qdrant_url=f"http://127.0.0.1:{port}",
+        server_max_retries=2,
+        server_initial_backoff_s=0.05,
+    )
+    corpus = Path(deployment.catalog.path) / "corpus.jsonl"
+    corpus.write_text("\n".join(corpus.read_text().splitlines()[1:]) + "\n")  # a real change: a new candidate
+    with caplog.at_level(logging.WARNING, logger="retrieval_assets.core.stores.remote"):
+        result = deployment.run(WHOLE_BUILD)
+
+    assert not result.success
+    [failure] = [event for event in result.all_events if event.is_step_failure]
+    assert failure.step_key == "server_indexes"
+    assert "Qdrant" in str(failure.event_specific_data.error) and "after 2 retries" in str(failure.event_specific_data.error)
+    assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2  # backed off twice, then gave up
+    assert [v.id for v in versions.sealed()] == [promoted.id]  # the candidate was never sealed
+    assert versions.pointer() == pointer and deployment.served_answer() == served

@@ -284,8 +284,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
                 raise ValueError(f"{label} {value!r}: use lowercase letters, digits, '-', '_' and '.'")
         types = validate_field_types(field_types)
         body = index_body(alias, types, title_boost=title_boost, shards=shards, sparse=sparse)
-        client.indices.create(index=name, body=body)
-        return cls(
+        store = cls(
             client,
             name,
             alias,
@@ -296,6 +295,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
             refresh_interval=refresh_interval,
             building=True,
         )
+        store._call(lambda: client.indices.create(index=name, body=body), "create index")
+        return store
 
     @classmethod
     def open(

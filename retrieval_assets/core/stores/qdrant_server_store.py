@@ -338,7 +338,9 @@ class QdrantServerStore(DenseStore, SparseStore):
             replication_factor=replication_factor,
             metadata=metadata,
         )
-        client.create_collection(
+        store = cls(client, name, metadata, retry=retry, building=True)
+        create = partial(
+            client.create_collection,
             name,
             vectors_config=request.vectors,
             sparse_vectors_config=request.sparse_vectors,
@@ -348,7 +350,7 @@ class QdrantServerStore(DenseStore, SparseStore):
             replication_factor=request.replication_factor,
             metadata=request.metadata,
         )
-        store = cls(client, name, metadata, retry=retry, building=True)
+        store._call(create, "create collection")
         for field, schema in payload_index_schemas(types).items():
             index = partial(client.create_payload_index, name, field_name=field, field_schema=schema, wait=True)
             store._call(index, "create payload index")

@@ -14,6 +14,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class ServerUnavailableError(RuntimeError):
+    """A server kept failing with transient errors until the retries ran out."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff for transient server errors: wait ``initial_backoff_s * 2**attempt``
@@ -34,8 +38,12 @@ class RetryPolicy:
                 return call()
             except Exception as exc:
                 wait = retry_after(exc)
-                if wait is None or attempt >= self.max_retries:
+                if wait is None:
                     raise
+                if attempt >= self.max_retries:
+                    raise ServerUnavailableError(
+                        f"{what} still failing after {self.max_retries} retries: {type(exc).__name__}: {exc}"
+                    ) from exc
                 delay = max(wait, self.delay(attempt))
                 logger.warning(
                     "%s failed (%s: %s); retry %d of %d in %.1f s",

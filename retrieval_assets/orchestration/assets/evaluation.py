@@ -27,6 +27,7 @@ from retrieval_assets.core.benchmark import (
     summarize,
 )
 from retrieval_assets.core.gate import GateDecision, decide
+from retrieval_assets.core.server_backends import switch_serving
 from retrieval_assets.core.versions import IndexVersions, VersionError
 from retrieval_assets.orchestration.assets.indexes import NIGHTLY_FRESHNESS
 from retrieval_assets.orchestration.metadata import log_progress, stopwatch
@@ -151,10 +152,14 @@ def promoted_index(
     if not report.get("gate", {}).get("passed"):
         raise VersionError(f"candidate {candidate.id} has not passed the promotion gate; nothing was promoted")
     current = versions.promoted()
+    servers = storage.servers()
     if current is None or current.id != candidate.id:
-        versions.promote(candidate, reason="passed the promotion gate", metrics=report["runs"].get(report["default"]))
+        metrics = report["runs"].get(report["default"])
+        switch_serving(versions, servers, candidate, reason="passed the promotion gate", metrics=metrics)
         context.log.info(f"promoted {candidate.id} (was {current.id if current else 'nothing'})")
     pruned = versions.prune(storage.keep_versions)
+    for version_id in pruned if servers else ():
+        servers.drop(version_id)
     return MaterializeResult(
         metadata={
             "version": candidate.id,

@@ -221,15 +221,61 @@ def lexical_index(
 
 @asset(
     group_name=GROUP,
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=[AssetCheckSpec("server_counts_match_chunks", asset="server_indexes", blocking=True)],
+)
+def server_indexes(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    search: SearchResource,
+    chunks: pd.DataFrame,
+    dense_embeddings: pd.DataFrame,
+    sparse_embeddings: pd.DataFrame,
+    index_candidate: dict[str, Any],
+):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
+    """The candidate version as a Qdrant collection and an OpenSearch index, when QDRANT_URL /
+    OPENSEARCH_URL are set (writes retried with backoff); nothing otherwise."""
+    servers = storage.servers()
+    if servers is None:
+        return MaterializeResult(
+            metadata={"configured": False},
+            check_results=[
+                AssetCheckResult(check_name="server_counts_match_chunks", passed=True, metadata={"configured": False})
+            ],
+        )
+    version = index_candidate["version"]
+    with stopwatch() as timer:
+        if index_candidate["reused"]:
+            counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
+        else:
+            payloads, matrix, sparse, field_types = pipeline.server_payloads(
+                chunks, dense_embeddings, sparse_embeddings, search.retrieval_settings().context_tokens
+            )
+            counts = servers.build(version, payloads, matrix, sparse, field_types)
+    context.log.info(f"server indexes {servers.name(version)}: {counts}")
+    return MaterializeResult(
+        metadata={"configured": True, "name": servers.name(version), **counts, "seconds": timer["seconds"]},
+        check_results=[
+            AssetCheckResult(
+                check_name="server_counts_match_chunks",
+                passed=all(count == len(chunks) for count in counts.values()),
+                metadata={"chunks": len(chunks), **counts},
+            )
+        ],
+    )
+
+
+@asset(
+    group_name=GROUP,
     io_manager_key="parquet_io_manager",
-    deps=["knowledge_graph", "vocabulary", faiss_index, qdrant_index, lexical_index],
+    deps=["knowledge_graph", "vocabulary", faiss_index, qdrant_index, lexical_index, server_indexes],
     freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=[
         AssetCheckSpec(
             "backends_hold_same_chunk_ids",
             asset="index_version",
             blocking=True,
-            description="FAISS, Qdrant and tantivy each hold exactly the chunk ids of the build.",
+            description="Every backend (embedded, and servers when configured) holds exactly the build's chunk ids.",
         )
     ],
 )
@@ -239,7 +285,9 @@ def index_version(
     """The sealed candidate: complete, consistent across backends, ready to be evaluated."""
     versions = storage.versions()
     version = versions.version(index_candidate["version"])
-    differences = backend_differences(backend_chunk_ids(version), set(chunks["chunk_id"]))
+    servers = storage.servers()
+    held = {**backend_chunk_ids(version), **(servers.chunk_ids(version.id) if servers else {})}
+    differences = backend_differences(held, set(chunks["chunk_id"]))
     consistent = not any(any(diff.values()) for diff in differences.values())
     if consistent and not version.sealed:
         seal_candidate(versions, version, index_candidate["fingerprint"], chunks, run_id=context.run.run_id)
