@@ -28,6 +28,7 @@ from retrieval_assets.orchestration.sensors import candidate_evaluation_sensor, 
 
 QUERY = "vitamin B12 deficiency and homocysteine"
 TOOLS = Path(__file__).resolve().parent.parent / "data" / "tools_with_relations.jsonl"
+QDRANT_KEY = "qdrant-key-7c1d-never-logged"
 
 
 class Deployment:
@@ -188,18 +189,21 @@ def test_unreachable_server_fails_the_build_after_retries_and_promotes_nothing(
     deployment.storage = IndexStorageResource(
         home=deployment.storage.home,
         qdrant_url=f"http://127.0.0.1:{port}",
+        qdrant_api_key=QDRANT_KEY,
         server_max_retries=2,
         server_initial_backoff_s=0.05,
     )
     corpus = Path(deployment.catalog.path) / "corpus.jsonl"
     corpus.write_text("\n".join(corpus.read_text().splitlines()[1:]) + "\n")  # a real change: a new candidate
-    with caplog.at_level(logging.WARNING, logger="retrieval_assets.core.stores.remote"):
+    with caplog.at_level(logging.DEBUG):
         result = deployment.run(WHOLE_BUILD)
 
     assert not result.success
     [failure] = [event for event in result.all_events if event.is_step_failure]
     assert failure.step_key == "server_indexes"
     assert "Qdrant" in str(failure.event_specific_data.error) and "after 2 retries" in str(failure.event_specific_data.error)
-    assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2  # backed off twice, then gave up
+    retries = [r for r in caplog.records if r.name == "retrieval_assets.core.stores.remote"]
+    assert len(retries) == 2  # backed off twice, then gave up
+    assert QDRANT_KEY not in caplog.text and QDRANT_KEY not in str(failure.event_specific_data.error)
     assert [v.id for v in versions.sealed()] == [promoted.id]  # the candidate was never sealed
     assert versions.pointer() == pointer and deployment.served_answer() == served
