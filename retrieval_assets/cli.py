@@ -8,7 +8,8 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
@@ -27,6 +28,28 @@ def _tqdm_progress(label: str):
             bar[label].close()
 
     return report
+
+
+@contextmanager
+def _workdir(requested: str | None, prefix: str) -> Iterator[Path]:
+    """``requested`` (kept afterwards), or a temporary directory removed at the end."""
+    if requested:
+        yield Path(requested)
+        return
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _emit_json(figures: dict, json_out: str | None) -> int:
+    """Benchmark figures as the last stdout line (and to ``json_out``)."""
+    line = json.dumps(figures)
+    if json_out:
+        Path(json_out).write_text(line + "\n")
+    print(line)
+    return 0
 
 
 def _print_result(result: RetrievalResult) -> None:
@@ -153,17 +176,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
     rerank = settings.retrieval.rerank
     reranker = None if args.no_rerank else load_reranker(rerank.model, device=settings.models.device, max_length=rerank.max_length)
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="retrieval-bench-"))
-    try:
+    with _workdir(args.workdir, "retrieval-bench-") as workdir:
         figures = run_benchmark(dataset, workdir, dense, sparse, settings, reranker, progress=_tqdm_progress)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    line = json.dumps(figures)
-    if args.json_out:
-        Path(args.json_out).write_text(line + "\n")
-    print(line)
-    return 0
+    return _emit_json(figures, args.json_out)
 
 
 def cmd_bench_incremental(args: argparse.Namespace) -> int:
@@ -177,19 +192,11 @@ def cmd_bench_incremental(args: argparse.Namespace) -> int:
     catalog_file(dataset, args.format)  # a missing corpus is reported before the models load
     settings = PipelineSettings()
     dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="retrieval-incremental-"))
-    try:
+    with _workdir(args.workdir, "retrieval-incremental-") as workdir:
         figures = run_incremental_benchmark(
             dataset, args.format, workdir, dense, sparse, settings, args.changed_fraction, progress=_tqdm_progress
         )
-    finally:
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    line = json.dumps(figures)
-    if args.json_out:
-        Path(args.json_out).write_text(line + "\n")
-    print(line)
-    return 0
+    return _emit_json(figures, args.json_out)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -218,11 +225,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # an unreadable query file, a bad level list
         print(f"loadtest: {exc}", file=sys.stderr)
         return 2
-    line = json.dumps(figures)
-    if args.json_out:
-        Path(args.json_out).write_text(line + "\n")
-    print(line)
-    return 0
+    return _emit_json(figures, args.json_out)
 
 
 def build_parser() -> argparse.ArgumentParser:

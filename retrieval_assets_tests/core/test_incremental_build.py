@@ -192,3 +192,15 @@ def test_killed_build_converges_and_never_touches_the_promoted_version(tmp_path:
     assert backend_chunk_ids(resumed.version) == backend_chunk_ids(reference.version)
     assert _answers(resumed.version.layout, encoders) == _answers(reference.version.layout, encoders)
     assert (root / "promoted.json").read_bytes() == pointer
+
+
+def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Path, capsys) -> None:
+    from retrieval_assets.cli import main
+
+    assert main(["bench-incremental", "--dataset", str(tiny_beir), "--workdir", str(tmp_path), "--changed-fraction", "0.2"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"full_seconds", "noop_seconds", "one_percent_seconds", "peak_rss_mb", "reembedded_chunks_noop",
+            "reembedded_chunks_one_percent"} <= set(figures)
+    assert figures["reembedded_chunks_noop"] == 0 and figures["noop_reused_version"]
+    assert 0 < figures["changed_documents"] <= figures["reembedded_chunks_one_percent"] < figures["chunks"]
+    assert figures["noop_seconds"] < figures["full_seconds"]
