@@ -20,6 +20,7 @@ SCIFACT_QUERIES = 60  # first judged test queries, in qrels order
 SCIFACT_DOCUMENTS = 600  # judged documents plus evenly spaced distractors
 BIOTOOLS_STRIDE = 65  # keep every 65th bio.tools record: 19,649 -> 303 tools
 ACL_STRIDE = 200  # keep every 200th ACL paper that has an abstract: 58,959 -> 295 papers
+ACL_QUERY_STRIDE = 500
 
 
 def make_scifact_mini(scifact: Path, out: Path) -> dict[str, int]:
@@ -99,8 +100,11 @@ def make_acl_sample(corpus: Path, out: Path) -> dict[str, int]:
     papers = with_abstract[::ACL_STRIDE]
     out.mkdir(parents=True, exist_ok=True)
     _write_lines(out / "corpus.jsonl", papers)
+    # Query texts for timing searches over the whole Anthology (bench-latency): paper titles.
+    titles = [" ".join(json.loads(line)["title"].split()) for line in with_abstract[7::ACL_QUERY_STRIDE]]
+    _write_lines(out / "latency_queries.txt", [title for title in titles if title])
     years = [int(json.loads(line)["year"]) for line in papers]
-    return {"papers": len(papers), "first_year": min(years), "last_year": max(years)}
+    return {"papers": len(papers), "latency_queries": len(titles), "first_year": min(years), "last_year": max(years)}
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:

@@ -199,6 +199,41 @@ def cmd_bench_incremental(args: argparse.Namespace) -> int:
     return _emit_json(figures, args.json_out)
 
 
+def cmd_bench_latency(args: argparse.Namespace) -> int:
+    """Query P50/P95 per backend over one built version; the last stdout line is the JSON figures."""
+    import gc
+
+    from retrieval_assets.core.benchmark import latency_by_configuration
+    from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.search import open_retriever
+    from retrieval_assets.core.settings import PipelineSettings
+    from retrieval_assets.core.versions import IndexVersions
+    from retrieval_assets.serving.loadtest import load_queries
+
+    versions = IndexVersions(args.index_root)
+    sealed = versions.sealed()
+    version = versions.version(args.version) if args.version else (sealed[-1] if sealed else None)
+    if version is None or not version.sealed:
+        print(f"bench-latency: no complete index version {args.version or ''} under {args.index_root}", file=sys.stderr)
+        return 2
+    queries = load_queries(args.queries)
+    settings = PipelineSettings()
+    retriever = open_retriever(
+        version.layout,
+        dense_encoder=dense_encoder_for(settings.models),
+        sparse_encoder=sparse_encoder_for(settings.models),
+        settings=settings.retrieval,
+    )
+    gc.collect()
+    gc.freeze()  # as a serving process: loading garbage is not traversed during the timed queries
+    try:
+        runs = latency_by_configuration(retriever, queries, progress=_tqdm_progress)
+    finally:
+        retriever.close()
+    figures = {"version": version.id, "chunks": version.manifest().get("chunks"), "queries": len(queries), "runs": runs}
+    return _emit_json(figures, args.json_out)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """The HTTP API (retrieval_assets.serving) over the current indexes, with uvicorn."""
     from retrieval_assets.serving.server import serve
@@ -275,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     incremental.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
     incremental.add_argument("--json-out", help="also write the result JSON to this file")
     incremental.set_defaults(func=cmd_bench_incremental)
+
+    latency = sub.add_parser("bench-latency", help="query P50/P95 per backend (bm25, dense, splade, hybrid) of a version")
+    latency.add_argument("--index-root", required=True, help="an indexes/ directory (versions/ and promoted.json)")
+    latency.add_argument("--version", help="version id (default: the newest complete one)")
+    latency.add_argument("--queries", help="query texts: one per line, or JSONL with text (default: built-in sample)")
+    latency.add_argument("--json-out", help="also write the result JSON to this file")
+    latency.set_defaults(func=cmd_bench_latency)
 
     serve = sub.add_parser("serve", help="serve the HTTP API (search, stream, documents, health) with uvicorn")
     serve.add_argument("--host", default="127.0.0.1")

@@ -10,7 +10,7 @@ import gzip
 import json
 import resource
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +217,29 @@ def run_incremental_benchmark(
         "reembedded_chunks_noop": noop.reembedded_chunks(),
         "reembedded_chunks_one_percent": one_percent.reembedded_chunks(),
     }
+
+
+# One configuration per backend (FAISS, qdrant-edge SPLADE, tantivy BM25) and the default fusion.
+LATENCY_CONFIGURATIONS = ("bm25", "dense", "splade", "hybrid")
+
+
+def latency_by_configuration(
+    retriever: HybridRetriever,
+    queries: Sequence[str],
+    names: Sequence[str] = LATENCY_CONFIGURATIONS,
+    top_k: int = 10,
+    progress: ProgressFactory = lambda _: None,
+) -> dict[str, dict[str, float]]:
+    """End-to-end query latency (encoding, search, fusion) per configuration, one query at a time."""
+    figures = {}
+    for name in names:
+        report = progress(f"latency {name}")
+        latencies = []
+        for done, query in enumerate(queries, start=1):
+            started = time.perf_counter()
+            retriever.search(query, top_k=top_k, **CONFIGURATIONS[name])
+            latencies.append((time.perf_counter() - started) * 1000)
+            if report is not None:
+                report(done, len(queries))
+        figures[name] = {k: round(v, 2) for k, v in latency_percentiles(latencies).items()}
+    return figures

@@ -204,3 +204,8 @@ def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Pa
     assert figures["reembedded_chunks_noop"] == 0 and figures["noop_reused_version"]
     assert 0 < figures["changed_documents"] <= figures["reembedded_chunks_one_percent"] < figures["chunks"]
     assert figures["noop_seconds"] < figures["full_seconds"]
+
+    assert main(["bench-latency", "--index-root", str(tmp_path / "indexes")]) == 0
+    latency = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(latency["runs"]) == {"bm25", "dense", "splade", "hybrid"} and latency["chunks"] == figures["chunks"]
+    assert all(0 < run["p50_ms"] <= run["p95_ms"] for run in latency["runs"].values())
