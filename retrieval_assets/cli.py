@@ -203,7 +203,7 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
     """Query P50/P95 per backend over one built version; the last stdout line is the JSON figures."""
     import gc
 
-    from retrieval_assets.core.benchmark import latency_by_configuration
+    from retrieval_assets.core.benchmark import latency_by_configuration, peak_rss_mb
     from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
     from retrieval_assets.core.search import open_retriever
     from retrieval_assets.core.settings import PipelineSettings
@@ -230,7 +230,13 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
         runs = latency_by_configuration(retriever, queries, progress=_tqdm_progress)
     finally:
         retriever.close()
-    figures = {"version": version.id, "chunks": version.manifest().get("chunks"), "queries": len(queries), "runs": runs}
+    figures = {
+        "version": version.id,
+        "chunks": version.manifest().get("chunks"),
+        "queries": len(queries),
+        "runs": runs,
+        "peak_rss_mb": round(peak_rss_mb(), 1),  # the models plus every open index: what serving holds
+    }
     return _emit_json(figures, args.json_out)
 
 
