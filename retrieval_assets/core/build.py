@@ -153,6 +153,9 @@ def build_candidate(
         return result
 
     layout = version.layout
+    graph = collect_tool_graph(cleaned.documents, domain_fields=settings.graph_domain_fields)
+    publish_graph(graph, cleaned.documents, layout.graph)
+    del cleaned, graph  # the chunks carry what the rest needs; a large catalog should not be held twice
     dense_cache = pipeline.embedding_cache(cache_root, "dense", dense_encoder)
     sparse_cache = pipeline.embedding_cache(cache_root, "sparse", sparse_encoder)
     block = settings.embedding_block_rows
@@ -165,8 +168,6 @@ def build_candidate(
         chunks, dense_encoder, settings.vocabulary, dense_cache, progress("vocabulary")
     )
     pipeline.write_vocabulary(vocabulary, layout)
-    graph = collect_tool_graph(cleaned.documents, domain_fields=settings.graph_domain_fields)
-    publish_graph(graph, cleaned.documents, layout.graph)
     lap("vocabulary_and_graph")
     for store in (
         pipeline.build_faiss_index(layout.faiss, chunk_frame, dense, dense_encoder.model_name, context),

@@ -7,7 +7,7 @@ from the Parquet output of the one before it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,8 @@ def build_fingerprint(chunks: pd.DataFrame, **settings: object) -> str:
 
 
 BUILD_MANIFEST = "build.json"
+# Points written to the embedded Qdrant shard per call.
+UPSERT_ROWS = 4096
 # Keyword fields with at most this many distinct values are listed as facets (e.g. venues).
 MAX_FACET_VALUES = 1000
 
@@ -259,7 +261,10 @@ def build_qdrant_index(
     store = QdrantEdgeStore.create(
         path, dim=matrix.shape[1], field_types=infer_field_types(payloads), overwrite=True
     )
-    store.upsert(payloads, dense=matrix, sparse=sparse_vectors(sparse, ids))
+    # In slices: SPLADE vectors as Python lists take ~10 KB each, 1 GB for 100k chunks at once.
+    for start in range(0, len(payloads), UPSERT_ROWS):
+        rows = slice(start, start + UPSERT_ROWS)
+        store.upsert(payloads[rows], dense=matrix[rows], sparse=sparse_vectors(sparse, ids[rows]))
     store.finalize()
     _write_manifest(
         path, dense_model=dense_model, sparse_model=sparse_model, dim=int(matrix.shape[1]), count=store.count()
@@ -267,13 +272,29 @@ def build_qdrant_index(
     return store
 
 
-def server_payloads(
-    chunks: pd.DataFrame, dense: pd.DataFrame, sparse: pd.DataFrame, context: ContextTokenSettings | None = None
-) -> tuple[list[Payload], np.ndarray, list[SparseVector], dict[str, FieldType]]:
-    """What a server build writes: payloads, their dense and sparse vectors, and field types."""
+# A slice of a build for a server: payloads with their dense and sparse vectors.
+ServerBatch = tuple[list[Payload], np.ndarray, list[SparseVector]]
+
+
+def server_batches(
+    chunks: pd.DataFrame,
+    dense: pd.DataFrame,
+    sparse: pd.DataFrame,
+    context: ContextTokenSettings | None = None,
+    rows: int = UPSERT_ROWS,
+) -> tuple[dict[str, FieldType], int, Iterator[ServerBatch]]:
+    """What a server build writes: the field types, the dimension, and the points in slices
+    (SPLADE vectors are made per slice: as Python lists they are ~10 KB each)."""
     payloads = index_payloads(chunks, context)
     ids = [p["chunk_id"] for p in payloads]
-    return payloads, dense_matrix(dense, ids), sparse_vectors(sparse, ids), infer_field_types(payloads)
+    matrix = dense_matrix(dense, ids)
+
+    def batches() -> Iterator[ServerBatch]:
+        for start in range(0, len(payloads), rows):
+            part = slice(start, start + rows)
+            yield payloads[part], matrix[part], sparse_vectors(sparse, ids[part])
+
+    return infer_field_types(payloads), int(matrix.shape[1]), batches()
 
 
 def build_lexical_index(

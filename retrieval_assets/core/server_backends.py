@@ -10,15 +10,14 @@ SPLADE search, OpenSearch BM25 (and SPLADE when no Qdrant is configured).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from retrieval_assets.core.models import SparseVector
-from retrieval_assets.core.stores.base import FieldType, IndexStore, Payload
+from retrieval_assets.core.pipeline import ServerBatch
+from retrieval_assets.core.stores.base import FieldType, IndexStore
 from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings, OpenSearchStore
 from retrieval_assets.core.stores.opensearch_store import connect as connect_opensearch
 from retrieval_assets.core.stores.opensearch_store import transient_wait as opensearch_transient
@@ -67,34 +66,32 @@ class ServerIndexes:
         return f"{self.settings.alias}-{version}"
 
     def build(
-        self,
-        version: str,
-        payloads: Sequence[Payload],
-        dense: np.ndarray,
-        sparse: Sequence[SparseVector],
-        field_types: dict[str, FieldType],
+        self, version: str, dim: int, field_types: dict[str, FieldType], batches: Iterable[ServerBatch]
     ) -> dict[str, int]:
         """Write ``version`` on every configured server; returns each one's point count. A
         collection or index left by an interrupted build of the same version is replaced."""
         self.drop(version)
-        counts = {}
+        qdrant = opensearch = None
         if self._qdrant is not None:
-            store = QdrantServerStore.create(
-                self._qdrant, self.settings.alias, dense.shape[1], version=version, field_types=field_types,
-                retry=self.retry,
+            qdrant = QdrantServerStore.create(
+                self._qdrant, self.settings.alias, dim, version=version, field_types=field_types, retry=self.retry
             )
-            store.upsert(payloads, dense=dense, sparse=sparse)
-            store.finalize()
-            counts["qdrant-server"] = store.count()
         if self._opensearch is not None:
-            store = OpenSearchStore.create(
+            opensearch = OpenSearchStore.create(
                 self._opensearch, self.settings.alias, field_types=field_types, version=version,
-                sparse=self._qdrant is None, replicas=self.settings.opensearch_replicas, retry=self.retry,
+                sparse=qdrant is None, replicas=self.settings.opensearch_replicas, retry=self.retry,
                 snapshot_repository=self.settings.snapshot_repository,
             )
-            store.upsert(payloads, sparse=None if self._qdrant is not None else sparse)
-            store.finalize()
-            counts["opensearch"] = store.count()
+        for payloads, dense, sparse in batches:
+            if qdrant is not None:
+                qdrant.upsert(payloads, dense=dense, sparse=sparse)
+            if opensearch is not None:
+                opensearch.upsert(payloads, sparse=None if qdrant is not None else sparse)
+        counts = {}
+        for store in (qdrant, opensearch):
+            if store is not None:
+                store.finalize()
+                counts[store.backend] = store.count()
         return counts
 
     def stores(self, version: str) -> dict[str, IndexStore]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from itertools import groupby
 
 import pandas as pd
 
@@ -47,14 +48,19 @@ def _terms_by_source(chunk: Chunk) -> Iterable[tuple[str, str]]:
 
 
 def collect_terms(chunks: Iterable[Chunk], settings: VocabularySettings) -> pd.DataFrame:
-    """Terms with their document frequency and where they came from, most frequent first."""
-    doc_terms: dict[str, set[str]] = defaultdict(set)
+    """Terms with their document frequency and where they came from, most frequent first.
+
+    Documents are counted one at a time, so memory grows with the distinct terms, not with
+    terms x documents (10 million set entries on the ACL Anthology)."""
+    doc_freq: Counter[str] = Counter()
     sources: dict[str, set[str]] = defaultdict(set)
-    for chunk in chunks:
-        for term, source in _terms_by_source(chunk):
-            doc_terms[chunk.doc_id].add(term)
-            sources[term].add(source)
-    doc_freq = Counter(term for terms in doc_terms.values() for term in terms)
+    for _, doc_chunks in groupby(sorted(chunks, key=lambda c: c.doc_id), key=lambda c: c.doc_id):
+        doc_terms = set()
+        for chunk in doc_chunks:
+            for term, source in _terms_by_source(chunk):
+                doc_terms.add(term)
+                sources[term].add(source)
+        doc_freq.update(doc_terms)
     kept = sorted(
         (t for t, df in doc_freq.items() if df >= settings.min_doc_freq), key=lambda t: (-doc_freq[t], t)
     )[: settings.max_terms]

@@ -13,6 +13,31 @@ from retrieval_assets.core.models import SparseVector
 ProgressCallback = Callable[[int, int], None]
 
 
+def plan_batches(
+    lengths: Sequence[int], batch_size: int, same_length: bool, max_batch_tokens: int | None = None
+) -> list[list[int]]:
+    """Indices in length order, cut into batches of at most ``batch_size``.
+
+    With ``same_length`` a batch never mixes token lengths, so it needs no padding. With
+    ``max_batch_tokens`` a batch also stops before its padded size (texts x longest length)
+    would pass it, which bounds the activations of long texts.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for index in order:
+        current = batches[-1] if batches else None
+        if (
+            current is None
+            or len(current) == batch_size
+            or (same_length and lengths[current[0]] != lengths[index])
+            or (max_batch_tokens is not None and (len(current) + 1) * lengths[index] > max_batch_tokens)
+        ):
+            batches.append([index])
+        else:
+            current.append(index)
+    return batches
+
+
 class ModelLoadError(RuntimeError):
     """A configured model could not be loaded; the message names it and how to provide it."""
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback
+from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, plan_batches
 from retrieval_assets.core.encoders.device import onnx_providers, resolve_device
 from retrieval_assets.core.encoders.packaged import Pooling, load_resolved, resolve_for_role
 from retrieval_assets.core.vectors import l2_normalise
@@ -17,26 +17,6 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 _ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def _plan_batches(lengths: Sequence[int], batch_size: int, same_length: bool) -> list[list[int]]:
-    """Indices in length order, cut into batches of at most ``batch_size``.
-
-    With ``same_length`` a batch never mixes token lengths, so it needs no padding.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    for index in order:
-        current = batches[-1] if batches else None
-        if (
-            current is None
-            or len(current) == batch_size
-            or (same_length and lengths[current[0]] != lengths[index])
-        ):
-            batches.append([index])
-        else:
-            current.append(index)
-    return batches
 
 
 class OnnxDenseEncoder(DenseEncoder):
@@ -120,7 +100,7 @@ class OnnxDenseEncoder(DenseEncoder):
         token_ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
         vectors: list[np.ndarray | None] = [None] * len(texts)
         done = 0
-        batches = _plan_batches(
+        batches = plan_batches(
             [len(ids) for ids in token_ids], self.batch_size, same_length=not self.batch_invariant
         )
         for batch in batches:
@@ -191,7 +171,7 @@ class SentenceTransformerDenseEncoder(DenseEncoder):
         done = 0
         # Batches cut here (length-sorted, like sentence-transformers does) so progress can be
         # reported per batch; fp32 padding moves vectors by ~1e-7 only.
-        for batch in _plan_batches([len(text) for text in texts], self.batch_size, same_length=False):
+        for batch in plan_batches([len(text) for text in texts], self.batch_size, same_length=False):
             vectors[batch] = self._model.encode_document(
                 [texts[i] for i in batch],
                 batch_size=len(batch),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from retrieval_assets.core.encoders.base import ProgressCallback, SparseEncoder
+from retrieval_assets.core.encoders.base import ProgressCallback, SparseEncoder, plan_batches
 from retrieval_assets.core.encoders.device import resolve_device
 from retrieval_assets.core.encoders.packaged import load_resolved, model_load_error, resolve_model_path
 from retrieval_assets.core.models import SparseVector
@@ -32,6 +32,7 @@ class SpladeEncoder(SparseEncoder):
         batch_size: int = 16,
         max_length: int = 512,
         top_terms: int | None = None,
+        max_batch_tokens: int = 4096,
         local_files_only: bool = False,
     ) -> None:
         from transformers import AutoModelForMaskedLM, AutoTokenizer  # deferred: imports torch
@@ -45,6 +46,9 @@ class SpladeEncoder(SparseEncoder):
         self.batch_size = batch_size
         self.max_length = max_length
         self.top_terms = top_terms
+        # The MLM logits are tokens x 30,522 floats: 4,096 padded tokens per batch keeps them
+        # near 0.5 GB, where 16 texts of 512 tokens would take 1 GB.
+        self.max_batch_tokens = max_batch_tokens
 
     def encode_documents(
         self, texts: Sequence[str], progress: ProgressCallback | None = None
@@ -65,17 +69,18 @@ class SpladeEncoder(SparseEncoder):
         # quantised) and padded positions are masked. The drift that batch company still causes
         # (~1e-6 on weights up to ~3, from float summation order) shows among equal-length texts
         # too; only batch_size=1 is bit-exact.
-        order = sorted(range(len(texts)), key=lambda i: len(features["input_ids"][i]))
+        lengths = [len(ids) for ids in features["input_ids"]]
         vectors: list[SparseVector | None] = [None] * len(texts)
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
+        done = 0
+        for batch in plan_batches(lengths, self.batch_size, same_length=False, max_batch_tokens=self.max_batch_tokens):
             padded = self._tokenizer.pad(
                 [{key: values[i] for key, values in features.items()} for i in batch], return_tensors="pt"
             )
             for index, row in zip(batch, self._weights(padded), strict=True):
                 vectors[index] = self._to_sparse(row)
+            done += len(batch)
             if progress is not None:
-                progress(start + len(batch), len(texts))
+                progress(done, len(texts))
         return cast(list[SparseVector], vectors)  # every slot was filled above
 
     def _weights(self, batch: Mapping[str, torch.Tensor]) -> np.ndarray:

@@ -248,10 +248,10 @@ def server_indexes(
         if index_candidate["reused"]:
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
-            payloads, matrix, sparse, field_types = pipeline.server_payloads(
+            field_types, dim, batches = pipeline.server_batches(
                 chunks, dense_embeddings, sparse_embeddings, search.retrieval_settings().context_tokens
             )
-            counts = servers.build(version, payloads, matrix, sparse, field_types)
+            counts = servers.build(version, dim, field_types, batches)
     context.log.info(f"server indexes {servers.name(version)}: {counts}")
     return MaterializeResult(
         metadata={"configured": True, "name": servers.name(version), **counts, "seconds": timer["seconds"]},
