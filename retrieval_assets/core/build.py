@@ -9,6 +9,7 @@ disappear from all of them.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -156,8 +157,10 @@ def build_candidate(
     graph = collect_tool_graph(cleaned.documents, domain_fields=settings.graph_domain_fields)
     publish_graph(graph, cleaned.documents, layout.graph)
     del cleaned, graph  # the chunks carry what the rest needs; a large catalog should not be held twice
+    lap("graph")
     dense_cache = pipeline.embedding_cache(cache_root, "dense", dense_encoder)
     sparse_cache = pipeline.embedding_cache(cache_root, "sparse", sparse_encoder)
+    terms_cache = pipeline.embedding_cache(cache_root, "terms", dense_encoder)
     block = settings.embedding_block_rows
     dense, result.encoded["dense"] = pipeline.embed_dense(chunks, dense_encoder, dense_cache, progress("dense"), block)
     sparse, result.encoded["sparse"] = pipeline.embed_sparse(
@@ -165,21 +168,28 @@ def build_candidate(
     )
     lap("embed")
     vocabulary, result.encoded["vocabulary"] = build_vocabulary(
-        chunks, dense_encoder, settings.vocabulary, dense_cache, progress("vocabulary")
+        chunks, dense_encoder, settings.vocabulary, terms_cache, progress("vocabulary")
     )
+    del chunks  # from here on the chunk table is enough
     pipeline.write_vocabulary(vocabulary, layout)
-    lap("vocabulary_and_graph")
+    terms_cache.compact(list(map(term_key, vocabulary["term"])))
+    lap("vocabulary")
+    # The qdrant-edge build peaks highest (its optimisation holds a second copy of the shard),
+    # so it runs while the least else is held, and the SPLADE table goes right after it.
+    gc.collect()
+    pipeline.build_qdrant_index(
+        layout.qdrant, chunk_frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name, context
+    ).close()
+    sparse_cache.compact(list(sparse["content_hash"]))
+    del sparse
+    lap("qdrant_index")
     for store in (
         pipeline.build_faiss_index(layout.faiss, chunk_frame, dense, dense_encoder.model_name, context),
-        pipeline.build_qdrant_index(
-            layout.qdrant, chunk_frame, dense, sparse, dense_encoder.model_name, sparse_encoder.model_name, context
-        ),
         pipeline.build_lexical_index(layout.lexical, chunk_frame, context),
     ):
         store.close()
-    lap("indexes")
+    lap("faiss_and_tantivy")
     seal_candidate(versions, version, fingerprint, chunk_frame)
-    dense_cache.compact([*dense["content_hash"], *map(term_key, vocabulary["term"])])
-    sparse_cache.compact(list(sparse["content_hash"]))
+    dense_cache.compact(list(dense["content_hash"]))
     lap("seal")
     return result

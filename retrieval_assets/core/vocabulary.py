@@ -74,7 +74,8 @@ def collect_terms(chunks: Iterable[Chunk], settings: VocabularySettings) -> pd.D
 
 
 def term_key(term: str) -> str:
-    """A term's embedding-cache key; terms share the dense cache with chunk texts."""
+    """A term's key in the terms cache (kept apart from chunk vectors, so that looking terms
+    up never reads every chunk's vector)."""
     return content_hash("term", term)
 
 

@@ -136,7 +136,7 @@ def vocabulary(
                 frame_to_chunks(chunks),
                 encoder,
                 build.vocabulary(),
-                pipeline.embedding_cache(storage.cache_dir, "dense", encoder),
+                pipeline.embedding_cache(storage.cache_dir, "terms", encoder),
                 log_progress(context, "vocabulary"),
             )
             pipeline.write_vocabulary(frame, layout)
