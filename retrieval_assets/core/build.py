@@ -79,11 +79,17 @@ def backend_differences(held: Mapping[str, set[str]], expected: set[str]) -> dic
 
 
 def seal_candidate(
-    versions: IndexVersions, version: IndexVersion, fingerprint: str, chunks: pd.DataFrame, **facts: Any
+    versions: IndexVersions,
+    version: IndexVersion,
+    fingerprint: str,
+    chunks: pd.DataFrame,
+    held: Mapping[str, set[str]],
+    **facts: Any,
 ) -> dict[str, Any]:
-    """Mark ``version`` complete once every backend holds exactly the build's chunk ids."""
+    """Mark ``version`` complete once every backend in ``held`` (backend -> the chunk ids it
+    holds) holds exactly the build's chunk ids."""
     expected = set(chunks["chunk_id"])
-    differences = backend_differences(backend_chunk_ids(version), expected)
+    differences = backend_differences(held, expected)
     broken = {name: diff for name, diff in differences.items() if any(diff.values())}
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
@@ -189,7 +195,7 @@ def build_candidate(
     ):
         store.close()
     lap("faiss_and_tantivy")
-    seal_candidate(versions, version, fingerprint, chunk_frame)
+    seal_candidate(versions, version, fingerprint, chunk_frame, backend_chunk_ids(version))
     dense_cache.compact(list(dense["content_hash"]))
     lap("seal")
     return result

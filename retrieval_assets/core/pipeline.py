@@ -186,7 +186,7 @@ def build_fingerprint(chunks: pd.DataFrame, **settings: object) -> str:
 
 
 BUILD_MANIFEST = "build.json"
-# Points written to the embedded Qdrant shard per call.
+# Points per slice handed to a Qdrant or OpenSearch build.
 UPSERT_ROWS = 4096
 # Keyword fields with at most this many distinct values are listed as facets (e.g. venues).
 MAX_FACET_VALUES = 1000
@@ -234,6 +234,32 @@ def write_vocabulary(frame: pd.DataFrame, layout: IndexLayout) -> None:
     write_parquet(frame, layout.vocabulary)
 
 
+# A slice of the points of a build: payloads with their dense and sparse vectors.
+PointBatch = tuple[list[Payload], np.ndarray, list[SparseVector]]
+
+
+def point_batches(
+    chunks: pd.DataFrame,
+    dense: pd.DataFrame,
+    sparse: pd.DataFrame,
+    context: ContextTokenSettings | None = None,
+    rows: int = UPSERT_ROWS,
+) -> tuple[dict[str, FieldType], int, Iterator[PointBatch]]:
+    """What a Qdrant build (embedded or server) and an OpenSearch build write: the field types,
+    the dimension, and the points in slices (SPLADE vectors are made per slice: as Python lists
+    they take ~10 KB each, 1 GB for 100k chunks at once)."""
+    payloads = index_payloads(chunks, context)
+    ids = [p["chunk_id"] for p in payloads]
+    matrix = dense_matrix(dense, ids)
+
+    def batches() -> Iterator[PointBatch]:
+        for start in range(0, len(payloads), rows):
+            part = slice(start, start + rows)
+            yield payloads[part], matrix[part], sparse_vectors(sparse, ids[part])
+
+    return infer_field_types(payloads), int(matrix.shape[1]), batches()
+
+
 def build_faiss_index(
     path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, model_name: str, context: ContextTokenSettings | None = None
 ) -> FaissDenseStore:
@@ -255,46 +281,13 @@ def build_qdrant_index(
     sparse_model: str,
     context: ContextTokenSettings | None = None,
 ) -> QdrantEdgeStore:
-    payloads = index_payloads(chunks, context)
-    ids = [p["chunk_id"] for p in payloads]
-    matrix = dense_matrix(dense, ids)
-    store = QdrantEdgeStore.create(
-        path, dim=matrix.shape[1], field_types=infer_field_types(payloads), overwrite=True
-    )
-    # In slices: SPLADE vectors as Python lists take ~10 KB each, 1 GB for 100k chunks at once.
-    for start in range(0, len(payloads), UPSERT_ROWS):
-        rows = slice(start, start + UPSERT_ROWS)
-        store.upsert(payloads[rows], dense=matrix[rows], sparse=sparse_vectors(sparse, ids[rows]))
+    field_types, dim, batches = point_batches(chunks, dense, sparse, context)
+    store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, overwrite=True)
+    for payloads, vectors, sparse_part in batches:
+        store.upsert(payloads, dense=vectors, sparse=sparse_part)
     store.finalize()
-    _write_manifest(
-        path, dense_model=dense_model, sparse_model=sparse_model, dim=int(matrix.shape[1]), count=store.count()
-    )
+    _write_manifest(path, dense_model=dense_model, sparse_model=sparse_model, dim=dim, count=store.count())
     return store
-
-
-# A slice of a build for a server: payloads with their dense and sparse vectors.
-ServerBatch = tuple[list[Payload], np.ndarray, list[SparseVector]]
-
-
-def server_batches(
-    chunks: pd.DataFrame,
-    dense: pd.DataFrame,
-    sparse: pd.DataFrame,
-    context: ContextTokenSettings | None = None,
-    rows: int = UPSERT_ROWS,
-) -> tuple[dict[str, FieldType], int, Iterator[ServerBatch]]:
-    """What a server build writes: the field types, the dimension, and the points in slices
-    (SPLADE vectors are made per slice: as Python lists they are ~10 KB each)."""
-    payloads = index_payloads(chunks, context)
-    ids = [p["chunk_id"] for p in payloads]
-    matrix = dense_matrix(dense, ids)
-
-    def batches() -> Iterator[ServerBatch]:
-        for start in range(0, len(payloads), rows):
-            part = slice(start, start + rows)
-            yield payloads[part], matrix[part], sparse_vectors(sparse, ids[part])
-
-    return infer_field_types(payloads), int(matrix.shape[1]), batches()
 
 
 def build_lexical_index(

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from retrieval_assets.core.pipeline import ServerBatch
+from retrieval_assets.core.pipeline import PointBatch
 from retrieval_assets.core.stores.base import FieldType, IndexStore
 from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings, OpenSearchStore
 from retrieval_assets.core.stores.opensearch_store import connect as connect_opensearch
@@ -66,7 +66,7 @@ class ServerIndexes:
         return f"{self.settings.alias}-{version}"
 
     def build(
-        self, version: str, dim: int, field_types: dict[str, FieldType], batches: Iterable[ServerBatch]
+        self, version: str, dim: int, field_types: dict[str, FieldType], batches: Iterable[PointBatch]
     ) -> dict[str, int]:
         """Write ``version`` on every configured server; returns each one's point count. A
         collection or index left by an interrupted build of the same version is replaced."""
@@ -138,8 +138,6 @@ class ServerIndexes:
                 opensearch_transient,
                 f"OpenSearch delete {name}",
             )
-
-
 
 
 def switch_serving(

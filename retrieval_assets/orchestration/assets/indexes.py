@@ -248,7 +248,7 @@ def server_indexes(
         if index_candidate["reused"]:
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
-            field_types, dim, batches = pipeline.server_batches(
+            field_types, dim, batches = pipeline.point_batches(
                 chunks, dense_embeddings, sparse_embeddings, search.retrieval_settings().context_tokens
             )
             counts = servers.build(version, dim, field_types, batches)
@@ -290,7 +290,8 @@ def index_version(
     differences = backend_differences(held, set(chunks["chunk_id"]))
     consistent = not any(any(diff.values()) for diff in differences.values())
     if consistent and not version.sealed:
-        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, run_id=context.run.run_id)
+        # The ids just read are the ones checked: the stores are not opened a second time.
+        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, held, run_id=context.run.run_id)
     manifest = version.manifest() if version.sealed else {}
     record = {**index_candidate, "sealed": version.sealed}
     context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
