@@ -57,6 +57,10 @@ class QdrantEdgeStore(DenseStore, SparseStore):
 
     backend = "qdrant-edge"
     batch_size = 256
+    # Points written between optimiser passes. Optimising as the points arrive, into segments of
+    # at most ``max_segment_kb``, bounds a build's memory by the segment size rather than by the
+    # corpus: one pass over 104k ACL chunks at the end peaked 1.2 GB higher.
+    optimize_every = 16_384
 
     def __init__(self, directory: Path, shard: qe.EdgeShard, manifest: dict[str, Any]):
         """Use ``create`` or ``open``."""
@@ -69,6 +73,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         self.field_types: dict[str, FieldType] = manifest["field_types"]
         self._bool_fields = {field for field, kind in self.field_types.items() if kind == "bool"}
         self._vector_names = ([DENSE_VECTOR] if self.dim else []) + [SPARSE_VECTOR]
+        self._unoptimized = 0
 
     @classmethod
     def create(
@@ -81,12 +86,14 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         hnsw_m: int = 16,
         hnsw_ef_construct: int = 100,
         hnsw_ef: int | None = None,
+        max_segment_kb: int = 65_536,
         overwrite: bool = False,
     ) -> QdrantEdgeStore:
         """A new, empty shard at ``path``.
 
         ``dim=None`` makes a sparse-only shard. ``field_types`` names the metadata fields to
-        index for filtering (others still filter, by scanning payloads).
+        index for filtering (others still filter, by scanning payloads). ``max_segment_kb``
+        caps a segment: larger segments search a little faster and take more memory to build.
         """
         if dim is not None and dim < 1:
             raise ValueError(f"dim must be positive, got {dim}")
@@ -102,6 +109,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
             hnsw_config=qe.HnswIndexConfig(
                 m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=10_000
             ),
+            optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb),
         )
         shard = qe.EdgeShard.create(str(directory / SHARD_DIR), config)
         for field, schema in _payload_index_schemas(types).items():
@@ -118,6 +126,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
             "hnsw_m": hnsw_m,
             "hnsw_ef_construct": hnsw_ef_construct,
             "hnsw_ef": hnsw_ef,
+            "max_segment_kb": max_segment_kb,
         }
         write_manifest(directory, manifest)
         return cls(directory, shard, manifest)
@@ -177,6 +186,10 @@ class QdrantEdgeStore(DenseStore, SparseStore):
                 for point_id, vector, payload in zip(ids, vectors, batch, strict=True)
             ]
             shard.update(qe.UpdateOperation.upsert_points(points))
+            self._unoptimized += len(points)
+            if self._unoptimized >= self.optimize_every:
+                shard.optimize()
+                self._unoptimized = 0
         shard.flush()
 
     def upsert_dense(self, payloads: Sequence[Payload], vectors: np.ndarray) -> None:
@@ -189,6 +202,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         """Build HNSW and payload indexes (blocking) and record the point count."""
         shard = self._open_shard()
         shard.optimize()
+        self._unoptimized = 0
         shard.flush()
         self._manifest["count"] = self.count()
         write_manifest(self.directory, self._manifest)
