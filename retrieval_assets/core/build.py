@@ -180,7 +180,7 @@ def build_candidate(
     pipeline.write_vocabulary(vocabulary, layout)
     terms_cache.compact(list(map(term_key, vocabulary["term"])))
     lap("vocabulary")
-    # The qdrant-edge build peaks highest (its optimisation holds a second copy of the shard),
+    # The qdrant-edge build takes the most memory (segment merges map old and new segments),
     # so it runs while the least else is held, and the SPLADE table goes right after it.
     gc.collect()
     pipeline.build_qdrant_index(

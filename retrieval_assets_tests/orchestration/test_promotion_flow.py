@@ -14,8 +14,8 @@ import pytest
 from dagster import AssetKey, AssetSelection, DagsterInstance, MultiPartitionKey, build_sensor_context, materialize
 
 from retrieval_assets.definitions import ASSETS, WHOLE_BUILD, code_location_resources, defs
-from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.assets.embeddings import embedding_cache_shard
+from retrieval_assets.orchestration.io_manager import ParquetIOManager
 from retrieval_assets.orchestration.jobs import BUILD, EVALUATION, rollback_job
 from retrieval_assets.orchestration.partitions import catalog_sources, hash_shards
 from retrieval_assets.orchestration.resources import (
