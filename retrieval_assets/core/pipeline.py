@@ -27,6 +27,7 @@ from retrieval_assets.core.embedding_cache import (
     encode_with_cache,
 )
 from retrieval_assets.core.encoders.base import DenseEncoder, ProgressCallback, SparseEncoder, encoder_fingerprint
+from retrieval_assets.core.files import write_json
 from retrieval_assets.core.models import Chunk, Document, SparseVector
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
@@ -193,7 +194,7 @@ MAX_FACET_VALUES = 1000
 
 
 def _write_manifest(path: Path, **facts: object) -> None:
-    (path / BUILD_MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True))
+    write_json(facts, path / BUILD_MANIFEST)
 
 
 def read_build_manifest(path: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from retrieval_assets.core.catalog import RawRow
+from retrieval_assets.core.files import write_atomically
 from retrieval_assets.core.models import Chunk, Document, MetadataValue, QuarantineRecord
 from retrieval_assets.core.stores.base import Payload
 
@@ -52,12 +53,7 @@ CHUNK_COLUMNS: dict[str, str] = {
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Write ``frame`` as Parquet through a temporary file and a rename, so readers never see
     a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
-    return path
+    return write_atomically(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:

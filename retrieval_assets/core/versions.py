@@ -15,7 +15,6 @@ of an interrupted build writes the same version again instead of a second copy.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from retrieval_assets.core.files import write_json
 from retrieval_assets.core.pipeline import IndexLayout
 
 VERSION_MANIFEST = "version.json"
@@ -38,15 +38,6 @@ class VersionError(RuntimeError):
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)  # atomic on POSIX: a reader sees the old pointer or the new one
 
 
 @dataclass(frozen=True)
@@ -73,7 +64,7 @@ class IndexVersion:
 
     def write_evaluation(self, report: dict[str, Any]) -> Path:
         path = self.path / EVALUATION_REPORT
-        _write_json_atomically(path, report)
+        write_json(report, path)
         return path
 
 
@@ -97,7 +88,7 @@ class IndexVersions:
 
     def seal(self, version: IndexVersion, fingerprint: str, **facts: Any) -> dict[str, Any]:
         manifest = {"version": version.id, "fingerprint": fingerprint, "sealed_at": _now(), **facts}
-        _write_json_atomically(version.path / VERSION_MANIFEST, manifest)
+        write_json(manifest, version.path / VERSION_MANIFEST)
         return manifest
 
     def sealed(self) -> list[IndexVersion]:
@@ -123,8 +114,7 @@ class IndexVersions:
             "reason": reason,
             **facts,
         }
-        self.root.mkdir(parents=True, exist_ok=True)
-        _write_json_atomically(self.root / POINTER, record)
+        write_json(record, self.root / POINTER)  # readers see the old pointer or the new one
         self.log("promoted", **record)
 
     def pointer(self) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 
+from retrieval_assets.core.files import write_json
 from retrieval_assets.core.tables import write_parquet
 
 
@@ -21,11 +22,7 @@ class ParquetIOManager(ConfigurableIOManager):
 
     def handle_output(self, context: OutputContext, obj: pd.DataFrame | dict[str, Any]) -> None:
         if isinstance(obj, dict):
-            path = self._path(context, ".json")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-            tmp.replace(path)
+            path = write_json(obj, self._path(context, ".json"))
         else:
             path = write_parquet(obj, self._path(context, ".parquet"))
         context.add_output_metadata({"path": str(path), "bytes": path.stat().st_size})

@@ -20,6 +20,7 @@ from typing import Any, Literal, Self, get_args
 
 import numpy as np
 
+from retrieval_assets.core.files import write_json
 from retrieval_assets.core.filters import FilterError, MetadataFilter, Scalar
 from retrieval_assets.core.models import SparseVector, StoreHit
 
@@ -275,9 +276,7 @@ def prepare_index_dir(path: str | os.PathLike[str], overwrite: bool) -> Path:
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest.json`` atomically, so a crash never leaves half a manifest."""
-    tmp = directory / (MANIFEST_NAME + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(tmp, directory / MANIFEST_NAME)
+    write_json(manifest, directory / MANIFEST_NAME)
 
 
 def read_manifest(path: str | os.PathLike[str], backend: str) -> tuple[Path, dict[str, Any]]:
