@@ -78,6 +78,11 @@ def backend_differences(held: Mapping[str, set[str]], expected: set[str]) -> dic
     return {name: {"missing": len(expected - ids), "unexpected": len(ids - expected)} for name, ids in held.items()}
 
 
+def disagreeing_backends(differences: Mapping[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The backends of ``backend_differences`` that lack a chunk or hold one too many."""
+    return {name: diff for name, diff in differences.items() if any(diff.values())}
+
+
 def seal_candidate(
     versions: IndexVersions,
     version: IndexVersion,
@@ -89,8 +94,7 @@ def seal_candidate(
     """Mark ``version`` complete once every backend in ``held`` (backend -> the chunk ids it
     holds) holds exactly the build's chunk ids."""
     expected = set(chunks["chunk_id"])
-    differences = backend_differences(held, expected)
-    broken = {name: diff for name, diff in differences.items() if any(diff.values())}
+    broken = disagreeing_backends(backend_differences(held, expected))
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
     return versions.seal(version, fingerprint, chunks=len(expected), documents=int(chunks["doc_id"].nunique()), **facts)

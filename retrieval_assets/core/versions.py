@@ -170,14 +170,14 @@ class IndexVersions:
         promoted = self.promoted()
         rows = []
         for version in self.sealed():
-            report = version.evaluation() or {}
+            manifest, report = version.manifest(), version.evaluation() or {}
             metrics = (report.get("runs") or {}).get(report.get("default"), {})
             gate = report.get("gate") or {}
             rows.append(
                 {
                     "version": version.id,
-                    "sealed_at": version.manifest()["sealed_at"],
-                    "chunks": version.manifest().get("chunks"),
+                    "sealed_at": manifest["sealed_at"],
+                    "chunks": manifest.get("chunks"),
                     "ndcg@10": metrics.get("ndcg@10"),
                     "recall@100": metrics.get("recall@100"),
                     "p95_ms": metrics.get("p95_ms"),

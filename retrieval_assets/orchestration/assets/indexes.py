@@ -22,7 +22,13 @@ from dagster import (
 )
 
 from retrieval_assets.core import pipeline
-from retrieval_assets.core.build import backend_chunk_ids, backend_differences, candidate_fingerprint, seal_candidate
+from retrieval_assets.core.build import (
+    backend_chunk_ids,
+    backend_differences,
+    candidate_fingerprint,
+    disagreeing_backends,
+    seal_candidate,
+)
 from retrieval_assets.core.pipeline import IndexLayout
 from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
@@ -288,7 +294,7 @@ def index_version(
     servers = storage.servers()
     held = {**backend_chunk_ids(version), **(servers.chunk_ids(version.id) if servers else {})}
     differences = backend_differences(held, set(chunks["chunk_id"]))
-    consistent = not any(any(diff.values()) for diff in differences.values())
+    consistent = not disagreeing_backends(differences)
     if consistent and not version.sealed:
         # The ids just read are the ones checked: the stores are not opened a second time.
         seal_candidate(versions, version, index_candidate["fingerprint"], chunks, held, run_id=context.run.run_id)
