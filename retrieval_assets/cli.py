@@ -121,8 +121,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     """Serve the previously promoted version again (or --to VERSION); one atomic pointer switch."""
-    from retrieval_assets.core.server_backends import roll_back
-    from retrieval_assets.core.versions import VersionError
+    from retrieval_assets.core.index.servers import roll_back
+    from retrieval_assets.core.index.versions import VersionError
     from retrieval_assets.definitions import configured_storage
 
     with configured_storage() as storage:
@@ -163,9 +163,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from retrieval_assets.core.benchmark import run_benchmark
-    from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
-    from retrieval_assets.core.rerank.cross_encoder import load_reranker
+    from retrieval_assets.core.evaluation.benchmark import run_benchmark
+    from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.retrieval.rerank.cross_encoder import load_reranker
     from retrieval_assets.core.settings import PipelineSettings
 
     dataset = Path(args.dataset)
@@ -183,9 +183,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_bench_incremental(args: argparse.Namespace) -> int:
     """Full build, no-change re-run, 1%-changed re-run; the last stdout line is the JSON figures."""
-    from retrieval_assets.core.benchmark import run_incremental_benchmark
-    from retrieval_assets.core.catalog import catalog_file
-    from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.evaluation.benchmark import run_incremental_benchmark
+    from retrieval_assets.core.ingest.catalog import catalog_file
+    from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
     from retrieval_assets.core.settings import PipelineSettings
 
     dataset = Path(args.dataset)
@@ -203,11 +203,11 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
     """Query P50/P95 per backend over one built version; the last stdout line is the JSON figures."""
     import gc
 
-    from retrieval_assets.core.benchmark import latency_by_configuration, peak_rss_mb
-    from retrieval_assets.core.encoders.configured import dense_encoder_for, sparse_encoder_for
-    from retrieval_assets.core.search import open_retriever
+    from retrieval_assets.core.evaluation.benchmark import latency_by_configuration, peak_rss_mb
+    from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.retrieval.searcher import open_retriever
     from retrieval_assets.core.settings import PipelineSettings
-    from retrieval_assets.core.versions import IndexVersions
+    from retrieval_assets.core.index.versions import IndexVersions
     from retrieval_assets.serving.loadtest import load_queries
 
     versions = IndexVersions(args.index_root)

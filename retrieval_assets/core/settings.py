@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from retrieval_assets.core.embedding_cache import DEFAULT_BLOCK_ROWS
-from retrieval_assets.core.graph import DEFAULT_DOMAIN_FIELDS
+from retrieval_assets.core.embed.cache import DEFAULT_BLOCK_ROWS
+from retrieval_assets.core.index.graph import DEFAULT_DOMAIN_FIELDS
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.query.nl_filters import NLFilterSettings
 from retrieval_assets.core.retrieval.fusion import FusionMethod

@@ -35,12 +35,12 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from retrieval_assets.core.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.cleaning import clean_rows
+from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
+from retrieval_assets.core.ingest.cleaning import clean_rows
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
-from retrieval_assets.core.pipeline import IndexLayout
+from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.orchestration.resources import SearchResource
+from retrieval_assets.defs.resources import SearchResource
 from retrieval_assets.serving.inbox import DocumentInbox
 from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
 

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from retrieval_assets.core.catalog import CatalogFormat
+from retrieval_assets.core.ingest.catalog import CatalogFormat
 from retrieval_assets.core.models import Document
 
 INBOX_FILE = Path("inbox") / "documents.jsonl"

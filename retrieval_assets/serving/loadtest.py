@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from retrieval_assets.core.encoders.base import ProgressCallback
+from retrieval_assets.core.embed.base import ProgressCallback
 
 # Built-in queries: biomedical questions in the style of the bundled SciFact catalog.
 SAMPLE_QUERIES = (

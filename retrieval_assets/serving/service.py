@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from retrieval_assets.core.filters import MetadataFilter
+from retrieval_assets.core.stores.filters import MetadataFilter
 from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit
-from retrieval_assets.core.pipeline import IndexLayout, read_build_manifest
+from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.search import BackendNotAvailableError
+from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 
 if TYPE_CHECKING:
-    from retrieval_assets.orchestration.resources import SearchResource
+    from retrieval_assets.defs.resources import SearchResource
 
 logger = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from retrieval_assets.core.filters import FilterError
+from retrieval_assets.core.stores.filters import FilterError
 
 
 class NLFilterSettings(BaseModel):

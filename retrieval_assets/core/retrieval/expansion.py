@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from retrieval_assets.core.encoders.base import DenseEncoder
-from retrieval_assets.core.vectors import l2_normalise
-from retrieval_assets.core.vocabulary import VOCABULARY_COLUMNS, words
+from retrieval_assets.core.embed.base import DenseEncoder
+from retrieval_assets.core.embed.vectors import l2_normalise
+from retrieval_assets.core.index.vocabulary import VOCABULARY_COLUMNS, words
 
 
 class VocabularyIndex:

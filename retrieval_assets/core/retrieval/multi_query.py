@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
-from retrieval_assets.core.vocabulary import words
+from retrieval_assets.core.index.vocabulary import words
 
 _LLM_PROMPT = (
     "Rewrite the search query below as {n} different search queries that a domain expert would type "

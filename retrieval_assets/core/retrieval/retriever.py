@@ -27,14 +27,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval_assets.core.encoders.base import DenseEncoder, SparseEncoder
-from retrieval_assets.core.filters import MetadataFilter, parse_filters
-from retrieval_assets.core.graph import ToolGraph
+from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
+from retrieval_assets.core.stores.filters import MetadataFilter, parse_filters
+from retrieval_assets.core.index.graph import ToolGraph
 from retrieval_assets.core.models import RetrievalResult, ScoredHit, SearchRequest, StoreHit, StrategyScore
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, query_context_tokens
 from retrieval_assets.core.query.control_tags import parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
-from retrieval_assets.core.rerank.base import Reranker
+from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
 from retrieval_assets.core.retrieval.fusion import FusionMethod, fuse, reciprocal_rank_fusion
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms

@@ -20,8 +20,8 @@ from typing import Any, Literal, Self, get_args
 
 import numpy as np
 
-from retrieval_assets.core.files import write_json
-from retrieval_assets.core.filters import FilterError, MetadataFilter, Scalar
+from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter, Scalar
 from retrieval_assets.core.models import SparseVector, StoreHit
 
 Payload = dict[str, Any]

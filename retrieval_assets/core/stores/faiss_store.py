@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from retrieval_assets.core.filters import MetadataFilter
+from retrieval_assets.core.stores.filters import MetadataFilter
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
     DenseStore,

@@ -54,7 +54,7 @@ from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
 from opensearchpy.exceptions import NotFoundError, SSLError, TransportError
 from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
 
-from retrieval_assets.core.filters import FilterError, MetadataFilter
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import SparseVector, StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import qdrant_edge as qe
 
-from retrieval_assets.core.filters import FilterError, MetadataFilter
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import SparseVector, StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,

@@ -40,7 +40,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from retrieval_assets.core.filters import FilterError, MetadataFilter
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import SparseVector, StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,

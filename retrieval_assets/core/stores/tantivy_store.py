@@ -33,7 +33,7 @@ from typing import Any
 
 import tantivy
 
-from retrieval_assets.core.filters import FilterError, MetadataFilter
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,

@@ -1,0 +1,1 @@
+"""Embed: dense and SPLADE encoder ports and adapters, the content-addressed vector cache."""

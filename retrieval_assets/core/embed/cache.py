@@ -1,0 +1,125 @@
+"""Content-addressed embeddings, so a re-run encodes only new or changed text.
+
+A chunk's ``content_hash`` covers its text and the chunker config; the cache directory is
+named after the encoder's fingerprint (model, dimension, truncation). Vectors are appended
+as Parquet segments, each written atomically after one block of texts, which keeps memory
+bounded by a block and lets a killed run resume from the segments it already wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from retrieval_assets.core.embed.base import ProgressCallback
+from retrieval_assets.core.io.tables import write_parquet
+
+KEY = "content_hash"
+SEGMENT_GLOB = "segment-*.parquet"
+# Texts per segment: one block of encoder work between two durable writes.
+DEFAULT_BLOCK_ROWS = 2048
+# More segments than this are merged into one at the end of a build.
+MAX_SEGMENTS = 32
+
+# Encodes a block of texts into a frame with one row per text and the value columns only,
+# reporting (done, total) within the block.
+BlockEncoder = Callable[[Sequence[str], ProgressCallback | None], pd.DataFrame]
+
+
+def content_hash(*parts: str) -> str:
+    """SHA-256 over the parts, NUL-separated so that ("ab", "c") and ("a", "bc") differ."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    requested: int  # distinct content hashes asked for
+    reused: int
+    encoded: int
+
+
+class EmbeddingCache:
+    """Vectors of one encoder, keyed by content hash, under ``root / fingerprint-hash``."""
+
+    def __init__(self, root: str | Path, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        self.path = Path(root) / content_hash(fingerprint)[:16]
+
+    def segments(self) -> list[Path]:
+        return sorted(self.path.glob(SEGMENT_GLOB))
+
+    def lookup(self, keys: Sequence[str]) -> pd.DataFrame:
+        """Cached rows for ``keys`` (each at most once), in no particular order."""
+        wanted = set(keys)
+        found = []
+        for segment in self.segments():
+            try:
+                frame = pd.read_parquet(segment)
+            except FileNotFoundError:  # merged away by a concurrent compaction; its rows live on
+                continue
+            found.append(frame[frame[KEY].isin(wanted)])
+        if not found:
+            return pd.DataFrame({KEY: pd.Series([], dtype="string")})
+        return pd.concat(found, ignore_index=True).drop_duplicates(KEY)
+
+    def append(self, frame: pd.DataFrame) -> Path:
+        # A unique name per writer: parallel shard runs append to one cache without locks.
+        return write_parquet(frame, self.path / f"segment-{uuid.uuid4().hex}.parquet")
+
+    def compact(self, live_keys: Sequence[str], max_segments: int = MAX_SEGMENTS) -> None:
+        """Merge segments into one holding only ``live_keys`` once there are too many; vectors
+        of removed or changed text go with it."""
+        segments = self.segments()
+        if len(segments) <= max_segments:
+            return
+        self.append(self.lookup(live_keys))
+        for segment in segments:
+            segment.unlink(missing_ok=True)
+
+
+def encode_with_cache(
+    keys: Sequence[str],
+    texts: Sequence[str],
+    encode_block: BlockEncoder,
+    cache: EmbeddingCache,
+    *,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    progress: ProgressCallback | None = None,
+) -> tuple[pd.DataFrame, CacheStats]:
+    """One row per key, in ``keys`` order: cached rows reused, the rest encoded block by block
+    and appended to the cache before the next block starts."""
+    if len(keys) != len(texts):
+        raise ValueError(f"{len(keys)} keys but {len(texts)} texts")
+    text_by_key = dict(zip(keys, texts, strict=True))
+    cached = cache.lookup(list(text_by_key))
+    known = set(cached[KEY])
+    missing = [key for key in text_by_key if key not in known]
+    blocks = [cached]
+    for start in range(0, len(missing), block_rows):
+        block_keys = missing[start : start + block_rows]
+        in_block = None if progress is None else _offset(progress, start, len(missing))
+        encoded = encode_block([text_by_key[key] for key in block_keys], in_block)
+        if len(encoded) != len(block_keys):
+            raise ValueError(f"encoder returned {len(encoded)} rows for {len(block_keys)} texts")
+        encoded.insert(0, KEY, pd.Series(block_keys, dtype="string"))
+        cache.append(encoded)
+        blocks.append(encoded)
+    if not keys:
+        blocks = [encode_block([], None).assign(**{KEY: pd.Series([], dtype="string")})]
+    table = pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
+    positions = pd.Index(table[KEY]).get_indexer(list(keys))
+    stats = CacheStats(requested=len(text_by_key), reused=len(text_by_key) - len(missing), encoded=len(missing))
+    return table.iloc[positions].reset_index(drop=True), stats
+
+
+def _offset(progress: ProgressCallback, start: int, total: int) -> ProgressCallback:
+    return lambda done, _block_total: progress(start + done, total)

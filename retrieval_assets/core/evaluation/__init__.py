@@ -1,0 +1,1 @@
+"""Evaluation: retrieval metrics, the promotion gate, benchmark configurations."""

@@ -1,0 +1,235 @@
+"""Index steps: name a candidate version by its fingerprint, write FAISS, qdrant-edge and
+tantivy indexes into it, and seal it once every backend holds exactly the build's chunks.
+
+The ``index`` assets call these one at a time; nothing else builds an index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder, encoder_fingerprint
+from retrieval_assets.core.embed.cache import content_hash
+from retrieval_assets.core.embed.vectors import dense_matrix, sparse_vectors
+from retrieval_assets.core.index.graph import GraphBuild, edge_violations, save_edges
+from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
+from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
+from retrieval_assets.core.models import Document, SparseVector
+from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
+from retrieval_assets.core.query.nl_filters import author_surnames
+from retrieval_assets.core.settings import VocabularySettings
+from retrieval_assets.core.stores.base import (
+    REQUIRED_PAYLOAD_FIELDS,
+    TAGS_FIELD,
+    FieldType,
+    Payload,
+    infer_field_types,
+)
+from retrieval_assets.core.stores.faiss_store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy_store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
+from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+
+# Points per slice handed to a Qdrant or OpenSearch build.
+UPSERT_ROWS = 4096
+# Keyword fields with at most this many distinct values are listed as facets (e.g. venues).
+MAX_FACET_VALUES = 1000
+
+
+def build_fingerprint(chunks: pd.DataFrame, **settings: object) -> str:
+    """What a build's indexes are made of: every chunk row (text, hash, metadata) plus the
+    models and index settings. Equal fingerprints mean the same indexes."""
+    rows = pd.util.hash_pandas_object(chunks.sort_values("chunk_id").reset_index(drop=True), index=False)
+    described = json.dumps({**settings, "tantivy_format": TANTIVY_FORMAT_VERSION}, sort_keys=True, default=str)
+    return content_hash(rows.to_numpy().tobytes().hex(), described)
+
+
+
+def candidate_fingerprint(
+    chunks: pd.DataFrame,
+    dense_encoder: DenseEncoder,
+    sparse_encoder: SparseEncoder,
+    vocabulary: VocabularySettings,
+    graph_domain_fields: tuple[str, ...] | list[str],
+    context_tokens: ContextTokenSettings,
+) -> str:
+    return build_fingerprint(
+        chunks,
+        dense=encoder_fingerprint(dense_encoder),
+        sparse=encoder_fingerprint(sparse_encoder),
+        vocabulary=vocabulary.model_dump(),
+        graph_domain_fields=list(graph_domain_fields),
+        context_tokens=context_tokens.model_dump(mode="json"),
+    )
+
+
+
+
+def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = None) -> list[Payload]:
+    """Store payloads with the fields derived for querying: ``tags`` (context tokens such as
+    ``format:DICOM``, which attached query context matches) and ``author_surnames`` (what
+    "by Smith" filters on)."""
+    settings = context or ContextTokenSettings()
+    payloads = chunk_payloads(chunks)
+    for payload in payloads:
+        metadata = {k: v for k, v in payload.items() if k not in REQUIRED_PAYLOAD_FIELDS}
+        tags = record_context_tokens(metadata, settings)
+        if tags:
+            payload[TAGS_FIELD] = tags
+        authors = payload.get("authors")
+        if authors:
+            payload["author_surnames"] = author_surnames(authors if isinstance(authors, list) else [str(authors)])
+    return payloads
+
+
+def keyword_facets(payloads: Sequence[Payload], field_types: Mapping[str, FieldType]) -> dict[str, list[str]]:
+    """Distinct values of each low-cardinality keyword field, for the NL filter parser."""
+    values: dict[str, set[str]] = {field: set() for field, kind in field_types.items() if kind == "keyword"}
+    for payload in payloads:
+        for field, seen in values.items():
+            value = payload.get(field)
+            if value is not None and len(seen) <= MAX_FACET_VALUES:
+                seen.update(str(v) for v in (value if isinstance(value, list) else [value]))
+    return {field: sorted(seen) for field, seen in values.items() if 0 < len(seen) <= MAX_FACET_VALUES}
+
+
+def write_vocabulary(frame: pd.DataFrame, layout: IndexLayout) -> None:
+    """The vocabulary next to the indexes, where the query side reads it."""
+    write_parquet(frame, layout.vocabulary)
+
+
+# A slice of the points of a build: payloads with their dense and sparse vectors.
+PointBatch = tuple[list[Payload], np.ndarray, list[SparseVector]]
+
+
+def point_batches(
+    chunks: pd.DataFrame,
+    dense: pd.DataFrame,
+    sparse: pd.DataFrame,
+    context: ContextTokenSettings | None = None,
+    rows: int = UPSERT_ROWS,
+) -> tuple[dict[str, FieldType], int, Iterator[PointBatch]]:
+    """What a Qdrant build (embedded or server) and an OpenSearch build write: the field types,
+    the dimension, and the points in slices (SPLADE vectors are made per slice: as Python lists
+    they take ~10 KB each, 1 GB for 100k chunks at once)."""
+    payloads = index_payloads(chunks, context)
+    ids = [p["chunk_id"] for p in payloads]
+    matrix = dense_matrix(dense, ids)
+
+    def batches() -> Iterator[PointBatch]:
+        for start in range(0, len(payloads), rows):
+            part = slice(start, start + rows)
+            yield payloads[part], matrix[part], sparse_vectors(sparse, ids[part])
+
+    return infer_field_types(payloads), int(matrix.shape[1]), batches()
+
+
+def build_faiss_index(
+    path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, model_name: str, context: ContextTokenSettings | None = None
+) -> FaissDenseStore:
+    payloads = index_payloads(chunks, context)
+    matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
+    store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
+    store.upsert_dense(payloads, matrix)
+    store.finalize()
+    write_build_manifest(path, dense_model=model_name, dim=int(matrix.shape[1]), count=store.count())
+    return store
+
+
+def build_qdrant_index(
+    path: Path,
+    chunks: pd.DataFrame,
+    dense: pd.DataFrame,
+    sparse: pd.DataFrame,
+    dense_model: str,
+    sparse_model: str,
+    context: ContextTokenSettings | None = None,
+) -> QdrantEdgeStore:
+    field_types, dim, batches = point_batches(chunks, dense, sparse, context)
+    store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, overwrite=True)
+    for payloads, vectors, sparse_part in batches:
+        store.upsert(payloads, dense=vectors, sparse=sparse_part)
+    store.finalize()
+    write_build_manifest(path, dense_model=dense_model, sparse_model=sparse_model, dim=dim, count=store.count())
+    return store
+
+
+def build_lexical_index(
+    path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None
+) -> TantivyLexicalStore:
+    payloads = index_payloads(chunks, context)
+    field_types = infer_field_types(payloads)
+    store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
+    store.add(payloads)
+    store.finalize()
+    write_build_manifest(path, count=store.count(), facets=keyword_facets(payloads, field_types))
+    return store
+
+
+class IndexConsistencyError(RuntimeError):
+    """The backends of a version do not hold exactly the chunks it was built from."""
+
+
+
+def backend_chunk_ids(version: IndexVersion) -> dict[str, set[str]]:
+    """The chunk ids each embedded backend of ``version`` holds."""
+    layout = version.layout
+    held = {}
+    for name, store_type, path in (
+        ("faiss", FaissDenseStore, layout.faiss),
+        ("qdrant", QdrantEdgeStore, layout.qdrant),
+        ("tantivy", TantivyLexicalStore, layout.lexical),
+    ):
+        with store_type.open(path) as store:
+            held[name] = store.chunk_ids()
+    return held
+
+
+def backend_differences(held: Mapping[str, set[str]], expected: set[str]) -> dict[str, dict[str, int]]:
+    """Per backend: how many of the expected chunks it lacks and how many others it holds."""
+    return {name: {"missing": len(expected - ids), "unexpected": len(ids - expected)} for name, ids in held.items()}
+
+
+def disagreeing_backends(differences: Mapping[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The backends of ``backend_differences`` that lack a chunk or hold one too many."""
+    return {name: diff for name, diff in differences.items() if any(diff.values())}
+
+
+def seal_candidate(
+    versions: IndexVersions,
+    version: IndexVersion,
+    fingerprint: str,
+    chunks: pd.DataFrame,
+    held: Mapping[str, set[str]],
+    **facts: Any,
+) -> dict[str, Any]:
+    """Mark ``version`` complete once every backend in ``held`` (backend -> the chunk ids it
+    holds) holds exactly the build's chunk ids."""
+    expected = set(chunks["chunk_id"])
+    broken = disagreeing_backends(backend_differences(held, expected))
+    if broken:
+        raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
+    return versions.seal(version, fingerprint, chunks=len(expected), documents=int(chunks["doc_id"].nunique()), **facts)
+
+
+def graph_violations(graph: GraphBuild, documents: list[Document]) -> dict[str, int]:
+    return edge_violations(graph.edges, {doc.doc_id: doc.tenant_id for doc in documents})
+
+
+def publish_graph(graph: GraphBuild, documents: list[Document], path: Path) -> dict[str, int]:
+    """Write the tool graph to ``path``; a graph with an edge that names an unknown tool or
+    crosses tenants is not served at all (no graph, no expansion). Returns the violations."""
+    violations = graph_violations(graph, documents)
+    if any(violations.values()):
+        path.unlink(missing_ok=True)
+    else:
+        save_edges(graph.edges, path)
+    return violations
+
+

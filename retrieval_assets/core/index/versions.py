@@ -1,0 +1,188 @@
+"""Index versions: each build writes a candidate; a pointer file names the one that serves.
+
+Layout under ``root``::
+
+    versions/<version>/{faiss,qdrant,tantivy,vocabulary.parquet,graph.parquet}
+    versions/<version>/version.json      written last: the version is complete ("sealed")
+    versions/<version>/evaluation.json   the evaluation report and the promotion gate's verdict
+    promoted.json                        the served version, replaced by an atomic rename
+    history.jsonl                        every promotion, refusal and rollback, appended
+
+A version's id comes from its build fingerprint (chunks, models, index settings), so a re-run
+of an interrupted build writes the same version again instead of a second copy.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.index.layout import IndexLayout
+
+VERSION_MANIFEST = "version.json"
+EVALUATION_REPORT = "evaluation.json"
+POINTER = "promoted.json"
+HISTORY = "history.jsonl"
+DEFAULT_KEEP = 3
+
+
+class VersionError(RuntimeError):
+    """A version that does not exist, is not complete, or cannot be rolled back to."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class IndexVersion:
+    id: str
+    path: Path
+
+    @property
+    def layout(self) -> IndexLayout:
+        return IndexLayout(self.path)
+
+    @property
+    def sealed(self) -> bool:
+        return (self.path / VERSION_MANIFEST).is_file()
+
+    def manifest(self) -> dict[str, Any]:
+        if not self.sealed:
+            raise VersionError(f"index version {self.id} is incomplete (no {VERSION_MANIFEST})")
+        return json.loads((self.path / VERSION_MANIFEST).read_text())
+
+    def evaluation(self) -> dict[str, Any] | None:
+        path = self.path / EVALUATION_REPORT
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def write_evaluation(self, report: dict[str, Any]) -> Path:
+        path = self.path / EVALUATION_REPORT
+        write_json(report, path)
+        return path
+
+
+class IndexVersions:
+    """The versions of one deployment's indexes and which of them is promoted."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.versions_dir = self.root / "versions"
+
+    def version(self, version_id: str) -> IndexVersion:
+        if not version_id or "/" in version_id or version_id.startswith("."):
+            raise VersionError(f"not a version id: {version_id!r}")
+        return IndexVersion(version_id, self.versions_dir / version_id)
+
+    def candidate(self, fingerprint: str) -> IndexVersion:
+        """The version a build with this fingerprint writes (existing and sealed when nothing changed)."""
+        version = self.version(f"v-{fingerprint[:16]}")
+        version.path.mkdir(parents=True, exist_ok=True)
+        return version
+
+    def seal(self, version: IndexVersion, fingerprint: str, **facts: Any) -> dict[str, Any]:
+        manifest = {"version": version.id, "fingerprint": fingerprint, "sealed_at": _now(), **facts}
+        write_json(manifest, version.path / VERSION_MANIFEST)
+        return manifest
+
+    def sealed(self) -> list[IndexVersion]:
+        """Complete versions, oldest first."""
+        if not self.versions_dir.is_dir():
+            return []
+        versions = [self.version(p.name) for p in self.versions_dir.iterdir() if p.is_dir()]
+        return sorted((v for v in versions if v.sealed), key=lambda v: v.manifest()["sealed_at"])
+
+    def promoted(self) -> IndexVersion | None:
+        pointer = self.pointer()
+        return self.version(pointer["version"]) if pointer else None
+
+    def promote(self, version: IndexVersion, reason: str, **facts: Any) -> None:
+        """Switch serving to ``version`` atomically and log it; readers see the old or the new pointer."""
+        if not version.sealed:
+            raise VersionError(f"cannot promote {version.id}: it is incomplete")
+        previous = self.promoted()
+        record = {
+            "version": version.id,
+            "previous": previous.id if previous else None,
+            "promoted_at": _now(),
+            "reason": reason,
+            **facts,
+        }
+        write_json(record, self.root / POINTER)  # readers see the old pointer or the new one
+        self.log("promoted", **record)
+
+    def pointer(self) -> dict[str, Any] | None:
+        path = self.root / POINTER
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def rollback_target(self, to: str | None = None) -> IndexVersion:
+        """``to``, or else the version that was promoted before the current one; complete."""
+        pointer = self.pointer()
+        target_id = to or (pointer or {}).get("previous")
+        if not target_id:
+            raise VersionError("no earlier promoted version to roll back to")
+        target = self.version(target_id)
+        if not target.sealed:
+            raise VersionError(f"cannot roll back to {target_id}: it was pruned or never completed")
+        return target
+
+    def rollback(self, to: str | None = None) -> IndexVersion:
+        """Promote ``rollback_target(to)`` and log the rollback."""
+        target = self.rollback_target(to)
+        current = self.promoted()
+        self.promote(target, reason=f"rollback from {current.id if current else None}")
+        self.log("rolled_back", version=target.id, previous=current.id if current else None)
+        return target
+
+    def log(self, event: str, **facts: Any) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / HISTORY).open("a") as handle:
+            handle.write(json.dumps({"event": event, "at": _now(), **facts}, sort_keys=True) + "\n")
+
+    def history(self) -> Iterator[dict[str, Any]]:
+        path = self.root / HISTORY
+        if path.is_file():
+            with path.open() as handle:
+                yield from (json.loads(line) for line in handle if line.strip())
+
+    def prune(self, keep: int = DEFAULT_KEEP, protect: tuple[str, ...] = ()) -> list[str]:
+        """Delete sealed versions beyond the newest ``keep``; the promoted one, the one a rollback
+        would return to, and ``protect`` stay."""
+        pointer = self.pointer() or {}
+        spared = {*protect, pointer.get("version"), pointer.get("previous")}
+        sealed = self.sealed()
+        removed = [v for v in sealed[: max(len(sealed) - keep, 0)] if v.id not in spared]
+        for version in removed:
+            # Unseal first: a half-deleted directory must never look like a complete version.
+            (version.path / VERSION_MANIFEST).unlink()
+            shutil.rmtree(version.path)
+        return [v.id for v in removed]
+
+    def quality_history(self) -> list[dict[str, Any]]:
+        """One row per complete version, oldest first: its default-configuration metrics, the
+        gate's verdict and whether it serves now."""
+        promoted = self.promoted()
+        rows = []
+        for version in self.sealed():
+            manifest, report = version.manifest(), version.evaluation() or {}
+            metrics = (report.get("runs") or {}).get(report.get("default"), {})
+            gate = report.get("gate") or {}
+            rows.append(
+                {
+                    "version": version.id,
+                    "sealed_at": manifest["sealed_at"],
+                    "chunks": manifest.get("chunks"),
+                    "ndcg@10": metrics.get("ndcg@10"),
+                    "recall@100": metrics.get("recall@100"),
+                    "p95_ms": metrics.get("p95_ms"),
+                    "gate": "passed" if gate.get("passed") else ("refused" if gate else "not evaluated"),
+                    "promoted": promoted is not None and version.id == promoted.id,
+                }
+            )
+        return rows

@@ -1,0 +1,1 @@
+"""Ingest: catalog loading, cleaning with quarantine, chunking."""

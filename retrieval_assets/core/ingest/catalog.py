@@ -1,0 +1,181 @@
+"""Loading raw catalog rows and BEIR gold sets from disk.
+
+Readers stream files line by line in binary so that one bad byte sequence or one
+malformed line never stops a load: every input line, blank ones included, becomes a
+``RawRow`` and cleaning (``retrieval_assets.core.ingest.cleaning``) decides whether it is kept or
+quarantined, so ``lines in == kept + quarantined`` holds.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+CatalogFormat = Literal["tool_catalog", "beir"]
+
+
+class CatalogError(ValueError):
+    """A catalog or gold file that is missing or cannot be parsed."""
+
+
+class RawRow(BaseModel):
+    """One input line, decoded but not parsed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    line_number: int  # 1-based
+    raw: str
+    utf8_error: bool = False  # the bytes were not valid UTF-8; ``raw`` holds a lossy decode
+
+
+class CatalogSource(BaseModel):
+    """Where a catalog lives and how to read it.
+
+    ``path`` is a ``.jsonl``/``.jsonl.gz`` file for ``tool_catalog`` and a BEIR directory
+    (holding ``corpus.jsonl`` or ``corpus.jsonl.gz``) for ``beir``.
+    """
+
+    format: CatalogFormat
+    path: str
+    tenant_id: str = "default"
+
+
+class GoldSet(BaseModel):
+    """Judged queries of one BEIR split: only queries that have qrels are included."""
+
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def read_raw_rows(path: str | Path) -> Iterator[RawRow]:
+    """Stream the lines of a ``.jsonl`` or ``.jsonl.gz`` file as ``RawRow`` objects.
+
+    Line terminators are removed; blank lines are yielded with ``raw`` empty (cleaning
+    quarantines them as ``blank_line``) so no input line disappears silently. A missing
+    file is reported here, at call time, rather than at the first iteration.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CatalogError(f"catalog file not found: {path}")
+    return _iter_lines(path)
+
+
+def _iter_lines(path: Path) -> Iterator[RawRow]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            line = line.rstrip(b"\r\n")
+            if line_number == 1:
+                # A UTF-8 byte-order mark would otherwise make the first record malformed JSON.
+                line = line.removeprefix(codecs.BOM_UTF8)
+            try:
+                text, utf8_error = line.decode("utf-8"), False
+            except UnicodeDecodeError:
+                text, utf8_error = line.decode("utf-8", errors="replace"), True
+            yield RawRow(source=str(path), line_number=line_number, raw=text, utf8_error=utf8_error)
+
+
+def _beir_file(beir_dir: Path, stem: str) -> Path:
+    """``stem`` or ``stem.gz`` inside a BEIR directory, with a clear error when neither exists."""
+    for candidate in (beir_dir / stem, beir_dir / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise CatalogError(f"BEIR directory {beir_dir} has no {stem} (or {stem}.gz)")
+
+
+def catalog_file(path: str | Path, catalog_format: str) -> Path:
+    """The JSONL file holding a catalog's records: a BEIR directory's corpus, or the file itself."""
+    path = Path(path)
+    if catalog_format == "beir":
+        return _beir_file(path, "corpus.jsonl")
+    if not path.is_file():
+        raise CatalogError(f"catalog file not found: {path}")
+    return path
+
+
+def load_raw_rows(source: CatalogSource) -> Iterator[RawRow]:
+    """Raw rows of a catalog source, whatever its format."""
+    return read_raw_rows(catalog_file(source.path, source.format))
+
+
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """Parse a BEIR qrels TSV (``query-id  corpus-id  score``, optional header)."""
+    qrels: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if line_number == 1 and fields[0] == "query-id":
+                continue
+            if len(fields) != 3:
+                raise CatalogError(f"{path}:{line_number}: expected 3 columns (query-id corpus-id score), got {line!r}")
+            qid, doc_id, score = fields
+            try:
+                qrels.setdefault(qid, {})[doc_id] = int(score)
+            except ValueError:
+                raise CatalogError(f"{path}:{line_number}: score {score!r} is not an integer") from None
+    return qrels
+
+
+def load_gold(beir_dir: str | Path, split: str = "test") -> GoldSet:
+    """Queries and relevance judgements of one BEIR split.
+
+    Queries are returned in qrels order; a qrels query id missing from ``queries.jsonl``
+    is an error because it would silently shrink the evaluation set.
+    """
+    beir_dir = Path(beir_dir)
+    qrels_path = beir_dir / "qrels" / f"{split}.tsv"
+    if not qrels_path.is_file():
+        raise CatalogError(f"qrels file not found: {qrels_path}")
+    qrels = _read_qrels(qrels_path)
+
+    texts: dict[str, str] = {}
+    for row in read_raw_rows(_beir_file(beir_dir, "queries.jsonl")):
+        if not row.raw.strip():
+            continue
+        try:
+            record = json.loads(row.raw)
+            qid, text = str(record["_id"]), record["text"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CatalogError(f"{row.source}:{row.line_number}: malformed query line ({exc})") from None
+        if qid in qrels:
+            texts[qid] = text
+
+    missing = [qid for qid in qrels if qid not in texts]
+    if missing:
+        raise CatalogError(
+            f"{qrels_path}: {len(missing)} judged queries missing from queries.jsonl, e.g. {missing[:5]}"
+        )
+    return GoldSet(queries={qid: texts[qid] for qid in qrels}, qrels=qrels)
+
+
+def source_name(path: str | Path) -> str:
+    """A catalog's name: its directory or file name without the .jsonl/.gz suffixes."""
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def discover_sources(directory: str | Path) -> dict[str, CatalogSource]:
+    """Catalogs in ``directory`` by name, each its own tenant: a subdirectory holding a BEIR
+    ``corpus.jsonl(.gz)``, or a ``.jsonl(.gz)`` tool catalog. Anything else is ignored."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CatalogError(f"catalog sources directory not found: {directory}")
+    found = {}
+    for entry in sorted(directory.iterdir()):
+        name = source_name(entry)
+        if entry.is_dir() and any((entry / f).is_file() for f in ("corpus.jsonl", "corpus.jsonl.gz")):
+            found[name] = CatalogSource(format="beir", path=str(entry), tenant_id=name)
+        elif entry.is_file() and entry.name.endswith((".jsonl", ".jsonl.gz")):
+            found[name] = CatalogSource(format="tool_catalog", path=str(entry), tenant_id=name)
+    return found

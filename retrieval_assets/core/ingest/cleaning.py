@@ -1,0 +1,427 @@
+"""Text normalisation and row cleaning: every raw row becomes a Document or a QuarantineRecord.
+
+Nothing is dropped: ``len(rows) == len(documents) + len(quarantine)`` always holds, and each
+quarantined row carries one reason from ``QuarantineReason`` plus a human-readable detail.
+
+Field rules per format:
+
+* ``beir``: ``_id`` (string or integer), ``title`` and ``text`` (strings, may be absent);
+  the free-form ``metadata`` object keeps only its scalar values, and other top-level fields
+  (the ACL Anthology's ``authors``, ``year``, ``venue``) that are scalars or lists of
+  scalars become metadata too; nested ones are left out, as in ``metadata``. Quarantined as
+  ``empty_text`` when both title and text are empty after cleaning; a title-only record
+  uses its title as text so that every kept document has text to chunk.
+* ``tool_catalog``: ``id``, ``name`` (required string), ``description``, ``keywords``
+  (list of strings), ``tenant_id`` (optional), ``metadata`` and ``relations``. Unknown
+  top-level fields are ignored. A tool whose cleaned description is empty is quarantined
+  as ``empty_text``: a bare name gives retrieval almost nothing to match and usually means
+  a broken export. Keywords are appended to the text as a final ``Keywords: a, b`` line so
+  every retrieval strategy sees them, and kept in ``metadata["keywords"]``.
+
+Metadata is flattened to filterable values: scalars stay (a ``year`` given as a digit
+string becomes an integer, so year ranges work), lists of scalars become ``list[str]``, one-level objects become ``parent.child`` keys and ``null`` values are
+dropped; deeper nesting is ``invalid_metadata``. Keys that would collide with store payload
+fields or with derived keys (``keywords``, ``relations.*``) get a ``meta_`` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pylatexenc import latexwalker
+from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
+
+from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
+from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord
+from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
+
+RAW_EXCERPT_CHARS = 2_000
+DEFAULT_MAX_TEXT_CHARS = 200_000
+
+
+class QuarantineReason(StrEnum):
+    """Why a raw row was not turned into a Document."""
+
+    BLANK_LINE = "blank_line"  # the line is empty or whitespace only
+    INVALID_UTF8 = "invalid_utf8"  # the line's bytes are not valid UTF-8
+    MALFORMED_JSON = "malformed_json"  # the line does not parse as JSON
+    NOT_AN_OBJECT = "not_an_object"  # valid JSON, but not an object
+    MISSING_ID = "missing_id"  # no id, null id or an empty id
+    INVALID_FIELD_TYPE = "invalid_field_type"  # a field has the wrong type (id, name, keywords, ...)
+    INVALID_METADATA = "invalid_metadata"  # metadata nested too deep, or keys collide after flattening
+    EMPTY_TEXT = "empty_text"  # nothing left to retrieve after cleaning (see module docstring)
+    TEXT_TOO_LONG = "text_too_long"  # the source text is over ``max_text_chars``
+    DUPLICATE_ID = "duplicate_id"  # an earlier row with the same id was already kept
+
+
+class CleaningStats(BaseModel):
+    rows_in: int
+    rows_kept: int
+    rows_quarantined: int
+    by_reason: dict[str, int]  # every reason, zero included, so the shape is stable
+
+    @classmethod
+    def combine(cls, parts: Iterable[CleaningStats]) -> CleaningStats:
+        parts = list(parts)
+        reasons = {reason.value: 0 for reason in QuarantineReason}
+        for part in parts:
+            for reason, count in part.by_reason.items():
+                reasons[reason] = reasons.get(reason, 0) + count
+        return cls(
+            rows_in=sum(p.rows_in for p in parts),
+            rows_kept=sum(p.rows_kept for p in parts),
+            rows_quarantined=sum(p.rows_quarantined for p in parts),
+            by_reason=reasons,
+        )
+
+
+class CleaningResult(BaseModel):
+    documents: list[Document]
+    quarantine: list[QuarantineRecord]
+    stats: CleaningStats
+
+
+# --------------------------------------------------------------------------- text cleaning
+
+# A ``$$...$$`` display or a tight ``$x$`` inline span. The inline form must not start or end
+# with a space nor be followed by a digit, so currency such as "$5 and $10" or "US$1.7 ... US$2"
+# is not taken for math.
+_MATH_SPAN = re.compile(r"\$\$(?P<display>.+?)\$\$|\$(?P<inline>[^\s$](?:[^$\n]*?[^\s$])?)\$(?!\d)", re.DOTALL)
+_LATEX_COMMAND = re.compile(r"\\([A-Za-z]+|[^A-Za-z0-9\s])")
+# Characters that are special to LaTeX but ordinary in prose; escaped outside math so that
+# "50% of" is not cut at a comment sign. The trailing ``{}`` keeps the following space.
+_PLAIN_SPECIALS = re.compile(r"(?<!\\)[%&$~]")
+_PLAIN_ESCAPES = {"%": r"\%{}", "&": r"\&{}", "$": r"\${}", "~": r"\textasciitilde{}"}
+# C0/C1 control characters that are not whitespace; whitespace controls (\t, \v, \f, \x1c-\x1f,
+# \x85) are folded into single spaces by ``_INLINE_SPACE`` instead so words do not merge.
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+_INLINE_SPACE = re.compile(r"[^\S\n]+")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+@cache
+def _known_latex_macros() -> frozenset[str]:
+    """Macro names pylatexenc knows; an unknown ``\\word`` (a Windows path) is not LaTeX."""
+    text_db = get_default_latex_context_db()
+    walker_db = latexwalker.get_default_latex_context_db()
+    names = {spec.macroname for spec in text_db.iter_macro_specs(text_db.category_list)}
+    names.update(spec.macroname for spec in walker_db.iter_macro_specs(walker_db.category_list))
+    return frozenset(names)
+
+
+@cache
+def _latex_converter() -> LatexNodes2Text:
+    # Keep the spaces the author typed, after bare macros ("\alpha helix" -> "α helix") and
+    # between constructs ("\emph{a} \emph{b}" -> "a b"); strict LaTeX would drop both.
+    spaces = {
+        "between-macro-and-chars": False,
+        "between-latex-constructs": True,
+        "after-comment": False,
+        "in-equations": None,
+    }
+    return LatexNodes2Text(strict_latex_spaces=spaces)
+
+
+def _looks_like_latex(text: str) -> bool:
+    if _MATH_SPAN.search(text):
+        return True
+    known = _known_latex_macros()
+    return any(match.group(1) in known for match in _LATEX_COMMAND.finditer(text))
+
+
+def _escape_plain(segment: str) -> str:
+    return _PLAIN_SPECIALS.sub(lambda m: _PLAIN_ESCAPES[m.group(0)], segment)
+
+
+def _latex_to_text(text: str) -> str:
+    """Render LaTeX markup as Unicode text; the original text when pylatexenc fails."""
+    parts: list[str] = []
+    position = 0
+    for match in _MATH_SPAN.finditer(text):
+        parts.append(_escape_plain(text[position : match.start()]))
+        # Display math is rendered inline: pylatexenc would otherwise break the sentence
+        # with line breaks around it.
+        parts.append(f"${match.group('display') or match.group('inline')}$")
+        position = match.end()
+    parts.append(_escape_plain(text[position:]))
+    try:
+        return _latex_converter().latex_to_text("".join(parts))
+    except Exception:  # noqa: BLE001 - pylatexenc raises assorted internal errors on hostile input
+        return text
+
+
+def clean_text(text: str) -> str:
+    """Normalise text for indexing: LaTeX to Unicode, NFKC, no control characters, tidy spacing.
+
+    NFKC runs after the LaTeX conversion so that its output (``\\textmu`` -> µ, ``~`` -> no-break
+    space) is normalised as well.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if _looks_like_latex(text):
+        text = _latex_to_text(text)
+    text = unicodedata.normalize("NFKC", text)
+    text = _CONTROL_CHARS.sub("", text)
+    text = _INLINE_SPACE.sub(" ", text)
+    text = "\n".join(line.strip() for line in text.split("\n"))
+    return _BLANK_RUNS.sub("\n\n", text).strip()
+
+
+# --------------------------------------------------------------------------- row cleaning
+
+_SCALAR_TYPES = (str, int, float, bool)
+_RESERVED_KEYS = frozenset(REQUIRED_PAYLOAD_FIELDS) | {"keywords"}
+_RELATIONS_PREFIX = "relations."
+_BEIR_FIELDS = frozenset({"_id", "title", "text", "metadata"})
+# Every store keeps integers as int64.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class _Rejected(Exception):
+    """Raised while mapping a row; becomes a QuarantineRecord."""
+
+    def __init__(self, reason: QuarantineReason, detail: str, doc_id: str | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.doc_id = doc_id
+
+
+@dataclass
+class _Parsed:
+    """A row mapped to Document fields, before text cleaning."""
+
+    doc_id: str
+    tenant_id: str
+    title: str
+    body: str
+    keywords: list[str] = field(default_factory=list)
+    metadata: dict[str, MetadataValue] = field(default_factory=dict)
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, _SCALAR_TYPES)
+
+
+def _parse_id(record: dict[str, Any], key: str) -> str:
+    value = record.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise _Rejected(QuarantineReason.MISSING_ID, f"field {key!r} is missing or empty")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        found = type(value).__name__
+        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string or integer, got {found}")
+    return str(value).strip()
+
+
+def _optional_str(record: dict[str, Any], key: str, doc_id: str, *, required: bool = False) -> str:
+    value = record.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        found = "missing" if value is None else type(value).__name__
+        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string, got {found}", doc_id)
+    return value
+
+
+def _optional_object(record: dict[str, Any], key: str, doc_id: str) -> dict[str, Any]:
+    value = record.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        found = type(value).__name__
+        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be an object, got {found}", doc_id)
+    return value
+
+
+def _str_list(value: Any, what: str, doc_id: str, *, allow_int: bool = False) -> list[str]:
+    allowed = (str, int) if allow_int else (str,)
+    if value is None:
+        return []
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, allowed) for v in value):
+        kinds = "strings or integers" if allow_int else "strings"
+        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{what} must be a list of {kinds}", doc_id)
+    return [str(v) for v in value]
+
+
+def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
+    """A flat metadata value, ``None`` for a null to drop; nested containers are rejected."""
+    if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is an integer beyond 64 bits", doc_id)
+    if value is None or _is_scalar(value):
+        return value
+    if isinstance(value, list) and all(v is None or _is_scalar(v) for v in value):
+        return [str(v) for v in value if v is not None]
+    raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is nested deeper than one level", doc_id)
+
+
+def _put_metadata(flat: dict[str, MetadataValue], key: str, value: MetadataValue | None, doc_id: str) -> None:
+    if not key.strip() or key.endswith("."):
+        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata key {key!r} is empty", doc_id)
+    if value is None:
+        return
+    if key in _RESERVED_KEYS or key.startswith(_RELATIONS_PREFIX):
+        key = f"meta_{key}"
+    if key in flat:
+        detail = f"metadata key {key!r} occurs twice after flattening"
+        raise _Rejected(QuarantineReason.INVALID_METADATA, detail, doc_id)
+    flat[key] = value
+
+
+def _flatten_metadata(metadata: dict[str, Any], doc_id: str) -> dict[str, MetadataValue]:
+    flat: dict[str, MetadataValue] = {}
+    for key, value in metadata.items():
+        if isinstance(value, dict):
+            for child, child_value in value.items():
+                name = f"{key}.{child}"
+                _put_metadata(flat, name, _metadata_value(name, child_value, doc_id), doc_id)
+        else:
+            _put_metadata(flat, key, _metadata_value(key, value, doc_id), doc_id)
+    return flat
+
+
+def _parse_beir(record: dict[str, Any], tenant_id: str) -> _Parsed:
+    doc_id = _parse_id(record, "_id")
+    metadata = record.get("metadata")
+    # BEIR's metadata is free-form (SciFact stores evidence there): keep only what can be filtered on.
+    scalars = {k: v for k, v in metadata.items() if _is_scalar(v)} if isinstance(metadata, dict) else {}
+    for key, value in record.items():
+        flat_list = isinstance(value, list) and all(_is_scalar(v) for v in value)
+        if key not in _BEIR_FIELDS and key not in scalars and (_is_scalar(value) or flat_list):
+            scalars[key] = value
+    return _Parsed(
+        doc_id=doc_id,
+        tenant_id=tenant_id,
+        title=_optional_str(record, "title", doc_id),
+        body=_optional_str(record, "text", doc_id),
+        metadata=_flatten_metadata(scalars, doc_id),
+    )
+
+
+def _parse_tool(record: dict[str, Any], tenant_id: str) -> _Parsed:
+    doc_id = _parse_id(record, "id")
+    row_tenant = _optional_str(record, "tenant_id", doc_id).strip() or tenant_id
+    metadata = _optional_object(record, "metadata", doc_id)
+    relations = _optional_object(record, "relations", doc_id)
+
+    flat = _flatten_metadata(metadata, doc_id)
+    for relation, targets in relations.items():
+        flat[f"{_RELATIONS_PREFIX}{relation}"] = _str_list(targets, f"relations.{relation}", doc_id, allow_int=True)
+    return _Parsed(
+        doc_id=doc_id,
+        tenant_id=row_tenant,
+        title=_optional_str(record, "name", doc_id, required=True),
+        body=_optional_str(record, "description", doc_id),
+        keywords=_str_list(record.get("keywords"), "keywords", doc_id),
+        metadata=flat,
+    )
+
+
+_PARSERS = {"beir": _parse_beir, "tool_catalog": _parse_tool}
+
+
+def _to_document(parsed: _Parsed, fmt: CatalogFormat, max_text_chars: int) -> Document:
+    if len(parsed.body) > max_text_chars:
+        # Checked before cleaning so a pathological row costs nothing to reject.
+        detail = f"text has {len(parsed.body):,} chars, limit {max_text_chars:,}"
+        raise _Rejected(QuarantineReason.TEXT_TOO_LONG, detail, parsed.doc_id)
+    title = clean_text(parsed.title)
+    body = clean_text(parsed.body)
+    if not body and (fmt == "tool_catalog" or not title):
+        what = "description" if fmt == "tool_catalog" else "title and text"
+        raise _Rejected(QuarantineReason.EMPTY_TEXT, f"{what} empty after cleaning", parsed.doc_id)
+    # A title-only BEIR record keeps its title as text: every kept document has text to chunk.
+    body = body or title
+
+    metadata = dict(parsed.metadata)
+    keywords = list(dict.fromkeys(k for k in map(clean_text, parsed.keywords) if k))
+    if keywords:
+        body = f"{body}\nKeywords: {', '.join(keywords)}"
+        metadata["keywords"] = keywords
+    return Document(doc_id=parsed.doc_id, title=title, text=body, tenant_id=parsed.tenant_id, metadata=metadata)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> Document:
+    if row.utf8_error:
+        raise _Rejected(QuarantineReason.INVALID_UTF8, "line is not valid UTF-8 (undecodable bytes shown as U+FFFD)")
+    if not row.raw.strip():
+        raise _Rejected(QuarantineReason.BLANK_LINE, "blank line")
+    try:
+        record = json.loads(row.raw, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise _Rejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
+    except ValueError as exc:  # NaN / Infinity: Python accepts them, JSON and the stores do not
+        raise _Rejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
+    try:
+        # A "\ud800" escape parses into a lone surrogate that no UTF-8 writer (Parquet) can store.
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Rejected(QuarantineReason.INVALID_UTF8, f"unpaired surrogate escape in the record ({exc.reason})") from None
+    if not isinstance(record, dict):
+        raise _Rejected(QuarantineReason.NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
+    return _to_document(_PARSERS[fmt](record, tenant_id), fmt, max_text_chars)
+
+
+def clean_rows(
+    rows: Iterable[RawRow],
+    fmt: CatalogFormat,
+    tenant_id: str = "default",
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> CleaningResult:
+    """Turn raw rows into Documents, quarantining each row that cannot be used and why.
+
+    The first kept row wins an id; later rows with that id are ``duplicate_id``.
+    """
+    if fmt not in _PARSERS:
+        raise ValueError(f"unknown catalog format {fmt!r}; expected one of {sorted(_PARSERS)}")
+    documents: list[Document] = []
+    quarantine: list[QuarantineRecord] = []
+    kept: dict[str, tuple[int, str]] = {}  # doc_id -> (line kept from, text), for duplicate details
+    rows_in = 0
+
+    for row in rows:
+        rows_in += 1
+        try:
+            document = _parse_row(row, fmt, tenant_id, max_text_chars)
+            if document.doc_id in kept:
+                line, text = kept[document.doc_id]
+                same = "identical" if text == document.text else "different"
+                raise _Rejected(
+                    QuarantineReason.DUPLICATE_ID, f"id already kept from line {line}; text is {same}", document.doc_id
+                )
+        except _Rejected as rejected:
+            quarantine.append(
+                QuarantineRecord(
+                    source=row.source,
+                    line_number=row.line_number,
+                    doc_id=rejected.doc_id,
+                    reason=rejected.reason.value,
+                    detail=rejected.detail,
+                    raw=row.raw[:RAW_EXCERPT_CHARS],
+                )
+            )
+            continue
+        kept[document.doc_id] = (row.line_number, document.text)
+        documents.append(document)
+
+    counts = Counter(record.reason for record in quarantine)
+    stats = CleaningStats(
+        rows_in=rows_in,
+        rows_kept=len(documents),
+        rows_quarantined=len(quarantine),
+        by_reason={reason.value: counts.get(reason.value, 0) for reason in QuarantineReason},
+    )
+    return CleaningResult(documents=documents, quarantine=quarantine, stats=stats)

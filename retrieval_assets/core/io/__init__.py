@@ -1,0 +1,1 @@
+"""Files and Parquet tables, written atomically."""

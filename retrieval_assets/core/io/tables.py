@@ -1,0 +1,124 @@
+"""Conversions between pipeline models and Parquet-friendly pandas frames.
+
+Every frame has fixed columns and dtypes, empty or not, so that Parquet schemas stay stable
+between runs. Metadata is stored as a JSON string column: catalogs with different metadata
+fields then share one schema, and the flat fields are rebuilt only for store payloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from retrieval_assets.core.ingest.catalog import RawRow
+from retrieval_assets.core.io.files import write_atomically
+from retrieval_assets.core.models import Chunk, Document, MetadataValue, QuarantineRecord
+from retrieval_assets.core.stores.base import Payload
+
+# "string" (not pandas 3's default "str") keeps missing values as <NA> on every pandas version.
+RAW_ROW_COLUMNS: dict[str, str] = {"source": "string", "line_number": "int64", "raw": "string", "utf8_error": "bool"}
+DOCUMENT_COLUMNS: dict[str, str] = {
+    "doc_id": "string",
+    "title": "string",
+    "text": "string",
+    "tenant_id": "string",
+    "metadata": "string",
+}
+QUARANTINE_COLUMNS: dict[str, str] = {
+    "source": "string",
+    "line_number": "Int64",  # nullable: a record may not come from a numbered line
+    "doc_id": "string",
+    "reason": "string",
+    "detail": "string",
+    "raw": "string",
+}
+CHUNK_COLUMNS: dict[str, str] = {
+    "chunk_id": "string",
+    "doc_id": "string",
+    "ordinal": "int64",
+    "tenant_id": "string",
+    "section": "string",
+    "title": "string",
+    "text": "string",
+    "metadata": "string",
+    "content_hash": "string",
+}
+
+
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write ``frame`` as Parquet through a temporary file and a rename, so readers never see
+    a half-written file."""
+    return write_atomically(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame(list(records), columns=list(columns)).astype(columns)
+
+
+def _records(frame: pd.DataFrame, columns: dict[str, str], what: str) -> Iterator[dict[str, Any]]:
+    """Rows as plain Python dicts (missing values as ``None``), after checking the columns."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{what} frame lacks columns {missing}; has {list(frame.columns)}")
+    for record in frame[list(columns)].to_dict("records"):
+        yield {key: None if pd.isna(value) else value for key, value in record.items()}
+
+
+def _dump_metadata(metadata: dict[str, MetadataValue]) -> str:
+    return json.dumps(metadata, ensure_ascii=False, sort_keys=True)
+
+
+def raw_rows_to_frame(rows: Iterable[RawRow]) -> pd.DataFrame:
+    return _frame((row.model_dump() for row in rows), RAW_ROW_COLUMNS)
+
+
+def frame_to_raw_rows(frame: pd.DataFrame) -> Iterator[RawRow]:
+    return (RawRow(**record) for record in _records(frame, RAW_ROW_COLUMNS, "raw rows"))
+
+
+def documents_to_frame(documents: Iterable[Document]) -> pd.DataFrame:
+    records = ({**doc.model_dump(), "metadata": _dump_metadata(doc.metadata)} for doc in documents)
+    return _frame(records, DOCUMENT_COLUMNS)
+
+
+def frame_to_documents(frame: pd.DataFrame) -> list[Document]:
+    return [
+        Document(**{**record, "metadata": json.loads(record["metadata"])})
+        for record in _records(frame, DOCUMENT_COLUMNS, "documents")
+    ]
+
+
+def quarantine_to_frame(records: Iterable[QuarantineRecord]) -> pd.DataFrame:
+    return _frame((record.model_dump() for record in records), QUARANTINE_COLUMNS)
+
+
+def chunks_to_frame(chunks: Iterable[Chunk]) -> pd.DataFrame:
+    records = ({**chunk.model_dump(), "metadata": _dump_metadata(chunk.metadata)} for chunk in chunks)
+    return _frame(records, CHUNK_COLUMNS)
+
+
+def frame_to_chunks(frame: pd.DataFrame) -> list[Chunk]:
+    return [
+        Chunk(**{**record, "metadata": json.loads(record["metadata"])})
+        for record in _records(frame, CHUNK_COLUMNS, "chunks")
+    ]
+
+
+def chunk_payloads(frame: pd.DataFrame) -> list[Payload]:
+    """Flat store payloads: the required fields plus each metadata field (lists as ``list[str]``)."""
+    payloads: list[Payload] = []
+    for record in _records(frame, CHUNK_COLUMNS, "chunks"):
+        metadata = {
+            key: [str(item) for item in value] if isinstance(value, list) else value
+            for key, value in json.loads(record.pop("metadata")).items()
+        }
+        record.pop("ordinal")
+        record.pop("content_hash")
+        # Required fields last: they win over a colliding metadata key (cleaning renames those anyway).
+        payloads.append({**metadata, **record})
+    return payloads

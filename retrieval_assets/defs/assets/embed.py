@@ -1,0 +1,159 @@
+"""chunks -> dense_embeddings, sparse_embeddings; the per-shard cache warm-up; the vocabulary.
+
+Every encoder call goes through the content-addressed embedding cache: a chunk whose text,
+chunker config and model are unchanged is never encoded twice.
+"""
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
+from retrieval_assets.core.index.build import write_vocabulary
+from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
+from retrieval_assets.core.embed.cache import CacheStats
+from retrieval_assets.core.io.tables import frame_to_chunks
+from retrieval_assets.core.index.vocabulary import build_vocabulary
+from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
+from retrieval_assets.defs.partitions import shard_of, source_shards
+from retrieval_assets.defs.resources import (
+    CatalogResource,
+    ChunkingResource,
+    IndexBuildResource,
+    IndexStorageResource,
+    ModelResource,
+)
+
+GROUP = "embeddings"
+
+
+def _cache_metadata(stats: CacheStats, seconds: float) -> dict[str, Any]:
+    return {
+        "encoded": stats.encoded,
+        "reused_from_cache": stats.reused,
+        "seconds": seconds,
+        "encoded_per_second": round(stats.encoded / max(seconds, 1e-9), 2),
+    }
+
+
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+def dense_embeddings(
+    context: AssetExecutionContext, models: ModelResource, storage: IndexStorageResource, chunks: pd.DataFrame
+) -> MaterializeResult[pd.DataFrame]:
+    """One L2-normalised vector per chunk from the configured dense encoder (GPU when present)."""
+    encoder = models.dense_encoder()
+    cache = embedding_cache(storage.cache_dir, "dense", encoder)
+    with stopwatch() as timer:
+        frame, stats = embed_dense(frame_to_chunks(chunks), encoder, cache, log_progress(context, "dense"))
+    return MaterializeResult(
+        value=frame,
+        metadata={"vectors": len(frame), "model": encoder.model_name, "dim": encoder.dim, **_cache_metadata(stats, timer["seconds"])},
+    )
+
+
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+def sparse_embeddings(
+    context: AssetExecutionContext, models: ModelResource, storage: IndexStorageResource, chunks: pd.DataFrame
+) -> MaterializeResult[pd.DataFrame]:
+    """SPLADE term weights per chunk, for learned-sparse retrieval."""
+    encoder = models.sparse_encoder()
+    cache = embedding_cache(storage.cache_dir, "sparse", encoder)
+    with stopwatch() as timer:
+        frame, stats = embed_sparse(frame_to_chunks(chunks), encoder, cache, log_progress(context, "sparse"))
+    nonzeros = frame["indices"].map(len) if len(frame) else pd.Series([0])
+    return MaterializeResult(
+        value=frame,
+        metadata={
+            "vectors": len(frame),
+            "model": encoder.model_name,
+            "vocab_size": encoder.vocab_size,
+            "mean_nonzero_terms": round(float(nonzeros.mean()), 1),
+            "p95_nonzero_terms": float(np.percentile(nonzeros, 95)),
+            **_cache_metadata(stats, timer["seconds"]),
+        },
+    )
+
+
+@asset(group_name=GROUP, partitions_def=source_shards)
+def embedding_cache_shard(
+    context: AssetExecutionContext,
+    catalog: CatalogResource,
+    chunking: ChunkingResource,
+    models: ModelResource,
+    storage: IndexStorageResource,
+) -> MaterializeResult:
+    """Dense and SPLADE vectors of one hash shard of one catalog source, into the embedding cache.
+
+    Backfill it (shards in parallel) before the whole build on a large or new corpus; the
+    whole build then encodes nothing that a shard already did."""
+    keys = context.partition_key.keys_by_dimension
+    sources = catalog.sources()
+    if keys["source"] not in sources:
+        raise ValueError(f"catalog source {keys['source']!r} is no longer configured; known: {sorted(sources)}")
+    source = sources[keys["source"]]
+    cleaned = clean_catalog(read_raw_catalog(source), source)
+    shard = [d for d in cleaned.documents if shard_of(d.doc_id) == keys["shard"]]
+    chunks = chunk_documents(shard, chunking.settings())
+    dense, sparse = models.dense_encoder(), models.sparse_encoder()
+    with stopwatch() as timer:
+        _, dense_stats = embed_dense(
+            chunks, dense, embedding_cache(storage.cache_dir, "dense", dense), log_progress(context, "dense")
+        )
+        _, sparse_stats = embed_sparse(
+            chunks, sparse, embedding_cache(storage.cache_dir, "sparse", sparse), log_progress(context, "sparse")
+        )
+    return MaterializeResult(
+        metadata={
+            "documents": len(shard),
+            "chunks": len(chunks),
+            "dense_encoded": dense_stats.encoded,
+            "sparse_encoded": sparse_stats.encoded,
+            "reused_from_cache": dense_stats.reused,
+            "seconds": timer["seconds"],
+        }
+    )
+
+
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+def vocabulary(
+    context: AssetExecutionContext,
+    models: ModelResource,
+    storage: IndexStorageResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
+    index_candidate: dict[str, Any],
+) -> MaterializeResult[pd.DataFrame]:
+    """Terms from names, descriptions and keywords with their embeddings, for query expansion.
+
+    Written into the candidate version too, where the query resource reads it without Dagster."""
+    encoder = models.dense_encoder()
+    layout = storage.versions().version(index_candidate["version"]).layout
+    with stopwatch() as timer:
+        if index_candidate["reused"]:
+            frame, stats = pd.read_parquet(layout.vocabulary), None
+        else:
+            frame, stats = build_vocabulary(
+                frame_to_chunks(chunks),
+                encoder,
+                build.vocabulary(),
+                embedding_cache(storage.cache_dir, "terms", encoder),
+                log_progress(context, "vocabulary"),
+            )
+            write_vocabulary(frame, layout)
+    sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
+    return MaterializeResult(
+        value=frame,
+        metadata={
+            "terms": len(frame),
+            "model": encoder.model_name,
+            "version": index_candidate["version"],
+            "reused_version": index_candidate["reused"],
+            "terms_encoded": stats.encoded if stats else 0,
+            "terms_by_source": MetadataValue.json(sources),
+            "path": str(layout.vocabulary),
+            "seconds": timer["seconds"],
+            "preview": preview(frame, ["term", "doc_freq", "sources"], rows=10),
+        },
+    )

@@ -1,0 +1,324 @@
+"""The candidate index version: FAISS, Qdrant and tantivy indexes written into it, then sealed.
+
+``index_candidate`` names the version from the build fingerprint. When a complete version with
+that fingerprint exists (nothing changed), every index asset reuses it instead of rebuilding.
+``index_version`` seals the candidate once every backend holds the same chunk ids; its
+materialization is what the evaluation sensor waits for.
+"""
+
+
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    FreshnessPolicy,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from retrieval_assets.core.index.build import (
+    backend_chunk_ids,
+    backend_differences,
+    build_faiss_index,
+    build_lexical_index,
+    build_qdrant_index,
+    candidate_fingerprint,
+    disagreeing_backends,
+    point_batches,
+    seal_candidate,
+)
+from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.stores.base import IndexStore
+from retrieval_assets.core.stores.faiss_store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets.defs.metadata import stopwatch
+from retrieval_assets.defs.resources import (
+    IndexBuildResource,
+    IndexStorageResource,
+    ModelResource,
+    SearchResource,
+)
+
+GROUP = "indexes"
+# Nightly builds: warn when an index misses one night, fail when it misses two.
+NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(hours=50), warn_window=timedelta(hours=26))
+
+
+def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
+    specs = [
+        AssetCheckSpec("vector_count_matches_chunks", asset=asset_name, blocking=True),
+        AssetCheckSpec("chunk_ids_match_chunks", asset=asset_name, blocking=True),
+    ]
+    if dense:
+        specs.append(AssetCheckSpec("dimension_matches_model", asset=asset_name, blocking=True))
+    return specs
+
+
+def _index_result(
+    store: IndexStore,
+    chunks: pd.DataFrame,
+    seconds: float,
+    dimensions: tuple[int | None, int] | None = None,
+    **metadata: object,
+) -> MaterializeResult:
+    """Metadata and checks of a built index; ``dimensions`` is (index dim, model dim) for dense indexes."""
+    count = store.count()
+    stored, expected = store.chunk_ids(), set(chunks["chunk_id"])
+    dimension_check = []
+    if dimensions is not None:
+        index_dim, model_dim = dimensions
+        dimension_check.append(
+            AssetCheckResult(
+                check_name="dimension_matches_model",
+                passed=index_dim == model_dim,
+                metadata={"index_dim": index_dim, "model_dim": model_dim},
+            )
+        )
+    result = MaterializeResult(
+        metadata={"backend": store.backend, "points": count, "seconds": seconds, **metadata},
+        check_results=[
+            *dimension_check,
+            AssetCheckResult(
+                check_name="vector_count_matches_chunks",
+                passed=count == len(chunks),
+                metadata={"points": count, "chunks": len(chunks)},
+            ),
+            AssetCheckResult(
+                check_name="chunk_ids_match_chunks",
+                passed=stored == expected,
+                metadata={"missing": len(expected - stored), "unexpected": len(stored - expected)},
+            ),
+        ],
+    )
+    store.close()
+    return result
+
+
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+def index_candidate(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    models: ModelResource,
+    search: SearchResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
+) -> MaterializeResult[dict[str, Any]]:
+    """The version this build writes, named by its fingerprint: chunks, models and index settings."""
+    fingerprint = candidate_fingerprint(
+        chunks,
+        models.dense_encoder(),
+        models.sparse_encoder(),
+        build.vocabulary(),
+        build.graph_domain_fields,
+        search.retrieval_settings().context_tokens,
+    )
+    versions = storage.versions()
+    version = versions.candidate(fingerprint)
+    promoted = versions.promoted()
+    record = {"version": version.id, "fingerprint": fingerprint, "reused": version.sealed, "path": str(version.path)}
+    context.log.info(
+        f"candidate {version.id}: "
+        + ("identical to a complete version, reused" if version.sealed else "new, building every index")
+    )
+    return MaterializeResult(
+        value=record,
+        metadata={**record, "promoted_version": promoted.id if promoted else "(none)"},
+    )
+
+
+def _candidate_layout(storage: IndexStorageResource, candidate: dict[str, Any]) -> IndexLayout:
+    return storage.versions().version(candidate["version"]).layout
+
+
+@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("faiss_index"))
+def faiss_index(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    models: ModelResource,
+    search: SearchResource,
+    chunks: pd.DataFrame,
+    dense_embeddings: pd.DataFrame,
+    index_candidate: dict[str, Any],
+) -> MaterializeResult:
+    """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
+    path = _candidate_layout(storage, index_candidate).faiss
+    with stopwatch() as timer:
+        store = (
+            FaissDenseStore.open(path)
+            if index_candidate["reused"]
+            else build_faiss_index(
+                path, chunks, dense_embeddings, models.dense_model, search.retrieval_settings().context_tokens
+            )
+        )
+    context.log.info(f"FAISS index with {store.count()} vectors at {path}")
+    return _index_result(
+        store,
+        chunks,
+        timer["seconds"],
+        (store.dim, models.dense_encoder().dim),
+        path=str(path),
+        model=models.dense_model,
+        reused_version=index_candidate["reused"],
+    )
+
+
+@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("qdrant_index"))
+def qdrant_index(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    models: ModelResource,
+    search: SearchResource,
+    chunks: pd.DataFrame,
+    dense_embeddings: pd.DataFrame,
+    sparse_embeddings: pd.DataFrame,
+    index_candidate: dict[str, Any],
+) -> MaterializeResult:
+    """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
+    path = _candidate_layout(storage, index_candidate).qdrant
+    with stopwatch() as timer:
+        store = (
+            QdrantEdgeStore.open(path)
+            if index_candidate["reused"]
+            else build_qdrant_index(
+                path,
+                chunks,
+                dense_embeddings,
+                sparse_embeddings,
+                models.dense_model,
+                models.sparse_model,
+                search.retrieval_settings().context_tokens,
+            )
+        )
+    context.log.info(f"Qdrant shard with {store.count()} points at {path}")
+    return _index_result(
+        store,
+        chunks,
+        timer["seconds"],
+        (store.dim, models.dense_encoder().dim),
+        path=str(path),
+        dense_model=models.dense_model,
+        sparse_model=models.sparse_model,
+        reused_version=index_candidate["reused"],
+    )
+
+
+@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("lexical_index", dense=False))
+def lexical_index(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    search: SearchResource,
+    chunks: pd.DataFrame,
+    index_candidate: dict[str, Any],
+) -> MaterializeResult:
+    """tantivy BM25 index with filterable payload fields, context tokens and facet values."""
+    path = _candidate_layout(storage, index_candidate).lexical
+    with stopwatch() as timer:
+        store = (
+            TantivyLexicalStore.open(path)
+            if index_candidate["reused"]
+            else build_lexical_index(path, chunks, search.retrieval_settings().context_tokens)
+        )
+    context.log.info(f"tantivy index with {store.count()} documents at {path}")
+    return _index_result(store, chunks, timer["seconds"], path=str(path), reused_version=index_candidate["reused"])
+
+
+@asset(
+    group_name=GROUP,
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=[AssetCheckSpec("server_counts_match_chunks", asset="server_indexes", blocking=True)],
+)
+def server_indexes(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    search: SearchResource,
+    chunks: pd.DataFrame,
+    dense_embeddings: pd.DataFrame,
+    sparse_embeddings: pd.DataFrame,
+    index_candidate: dict[str, Any],
+):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
+    """The candidate version as a Qdrant collection and an OpenSearch index, when QDRANT_URL /
+    OPENSEARCH_URL are set (writes retried with backoff); nothing otherwise."""
+    servers = storage.servers()
+    if servers is None:
+        return MaterializeResult(
+            metadata={"configured": False},
+            check_results=[
+                AssetCheckResult(check_name="server_counts_match_chunks", passed=True, metadata={"configured": False})
+            ],
+        )
+    version = index_candidate["version"]
+    with stopwatch() as timer:
+        if index_candidate["reused"]:
+            counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
+        else:
+            field_types, dim, batches = point_batches(
+                chunks, dense_embeddings, sparse_embeddings, search.retrieval_settings().context_tokens
+            )
+            counts = servers.build(version, dim, field_types, batches)
+    context.log.info(f"server indexes {servers.name(version)}: {counts}")
+    return MaterializeResult(
+        metadata={"configured": True, "name": servers.name(version), **counts, "seconds": timer["seconds"]},
+        check_results=[
+            AssetCheckResult(
+                check_name="server_counts_match_chunks",
+                passed=all(count == len(chunks) for count in counts.values()),
+                metadata={"chunks": len(chunks), **counts},
+            )
+        ],
+    )
+
+
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    deps=["knowledge_graph", "vocabulary", faiss_index, qdrant_index, lexical_index, server_indexes],
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=[
+        AssetCheckSpec(
+            "backends_hold_same_chunk_ids",
+            asset="index_version",
+            blocking=True,
+            description="Every backend (embedded, and servers when configured) holds exactly the build's chunk ids.",
+        )
+    ],
+)
+def index_version(
+    context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame, index_candidate: dict[str, Any]
+):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
+    """The sealed candidate: complete, consistent across backends, ready to be evaluated."""
+    versions = storage.versions()
+    version = versions.version(index_candidate["version"])
+    servers = storage.servers()
+    held = {**backend_chunk_ids(version), **(servers.chunk_ids(version.id) if servers else {})}
+    differences = backend_differences(held, set(chunks["chunk_id"]))
+    consistent = not disagreeing_backends(differences)
+    if consistent and not version.sealed:
+        # The ids just read are the ones checked: the stores are not opened a second time.
+        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, held, run_id=context.run.run_id)
+    manifest = version.manifest() if version.sealed else {}
+    record = {**index_candidate, "sealed": version.sealed}
+    context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
+    return MaterializeResult(
+        value=record,
+        metadata={
+            "version": version.id,
+            "sealed": version.sealed,
+            "reused": index_candidate["reused"],
+            "chunks": manifest.get("chunks", len(chunks)),
+            "documents": manifest.get("documents", int(chunks["doc_id"].nunique())),
+            "path": str(version.path),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="backends_hold_same_chunk_ids",
+                passed=consistent,
+                metadata={"by_backend": MetadataValue.json(differences)},
+            )
+        ],
+    )

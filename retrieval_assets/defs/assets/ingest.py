@@ -1,0 +1,137 @@
+"""raw_catalog -> cleaned_documents (+ quarantined_documents) -> chunks."""
+
+
+import pandas as pd
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetOut,
+    MaterializeResult,
+    MetadataValue,
+    Output,
+    asset,
+    multi_asset,
+)
+
+from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalogs, read_raw_catalogs
+from retrieval_assets.core.io.tables import (
+    chunks_to_frame,
+    documents_to_frame,
+    frame_to_documents,
+    quarantine_to_frame,
+)
+from retrieval_assets.defs.metadata import preview, stopwatch
+from retrieval_assets.defs.resources import CatalogResource, ChunkingResource
+
+GROUP = "ingestion"
+MAX_QUARANTINE_RATIO = 0.2
+
+
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> MaterializeResult[pd.DataFrame]:
+    """Every line of every configured catalog, undecoded beyond UTF-8, so that nothing is lost before cleaning."""
+    sources = catalog.sources()
+    with stopwatch() as timer:
+        frame = read_raw_catalogs(list(sources.values()))
+    context.log.info(f"read {len(frame)} rows from {len(sources)} catalog(s): {', '.join(sources)}")
+    return MaterializeResult(
+        value=frame,
+        metadata={
+            "rows": len(frame),
+            "rows_by_source": MetadataValue.json(frame["source"].value_counts().to_dict()),
+            "sources": MetadataValue.json({name: s.model_dump() for name, s in sources.items()}),
+            "seconds": timer["seconds"],
+        },
+    )
+
+
+@multi_asset(
+    group_name=GROUP,
+    outs={
+        "cleaned_documents": AssetOut(io_manager_key="parquet_io_manager"),
+        "quarantined_documents": AssetOut(io_manager_key="parquet_io_manager"),
+    },
+    check_specs=[
+        AssetCheckSpec(
+            "quarantine_ratio_below_threshold",
+            asset="cleaned_documents",
+            blocking=True,
+            description=f"At most {MAX_QUARANTINE_RATIO:.0%} of raw rows are quarantined.",
+        )
+    ],
+)
+def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, raw_catalog: pd.DataFrame):
+    """NFKC, LaTeX and whitespace cleanup; rows that cannot be used are quarantined with a reason."""
+    with stopwatch() as timer:
+        result = clean_catalogs(raw_catalog, list(catalog.sources().values()))
+    kept, quarantined = documents_to_frame(result.documents), quarantine_to_frame(result.quarantine)
+    if len(kept) + len(quarantined) != len(raw_catalog):
+        raise RuntimeError(
+            f"row accounting broke: {len(raw_catalog)} in, {len(kept)} kept + {len(quarantined)} quarantined"
+        )
+    by_reason = quarantined["reason"].value_counts().to_dict() if len(quarantined) else {}
+    ratio = len(quarantined) / max(len(raw_catalog), 1)
+    yield Output(
+        kept,
+        output_name="cleaned_documents",
+        metadata={
+            "rows_in": len(raw_catalog),
+            "documents": len(kept),
+            "quarantined": len(quarantined),
+            "quarantine_by_reason": MetadataValue.json(by_reason),
+            "seconds": timer["seconds"],
+            "preview": preview(kept, ["doc_id", "title", "text"]),
+        },
+    )
+    yield Output(
+        quarantined,
+        output_name="quarantined_documents",
+        metadata={
+            "rows": len(quarantined),
+            "by_reason": MetadataValue.json(by_reason),
+            "preview": preview(quarantined, ["line_number", "doc_id", "reason", "detail"]),
+        },
+    )
+    yield AssetCheckResult(
+        check_name="quarantine_ratio_below_threshold",
+        asset_key="cleaned_documents",
+        passed=ratio <= MAX_QUARANTINE_RATIO,
+        metadata={"ratio": round(ratio, 4), "threshold": MAX_QUARANTINE_RATIO},
+    )
+
+
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    check_specs=[
+        AssetCheckSpec("chunk_ids_unique", asset="chunks", blocking=True),
+        AssetCheckSpec("no_empty_chunk_text", asset="chunks", blocking=True),
+    ],
+)
+def chunks(
+    context: AssetExecutionContext, chunking: ChunkingResource, cleaned_documents: pd.DataFrame
+):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
+    """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{doc_id}#{n}``."""
+    settings = chunking.settings()
+    with stopwatch() as timer:
+        frame = chunks_to_frame(chunk_documents(frame_to_documents(cleaned_documents), settings))
+    duplicates = int(frame["chunk_id"].duplicated().sum())
+    empty = int((frame["text"].str.strip() == "").sum())
+    return MaterializeResult(
+        value=frame,
+        metadata={
+            "chunks": len(frame),
+            "documents": int(frame["doc_id"].nunique()),
+            "chunker": settings.kind,
+            "window_words": settings.window_words,
+            "overlap_words": settings.overlap_words,
+            "sections": MetadataValue.json(frame["section"].value_counts().to_dict()),
+            "seconds": timer["seconds"],
+            "preview": preview(frame, ["chunk_id", "section", "text"]),
+        },
+        check_results=[
+            AssetCheckResult(check_name="chunk_ids_unique", passed=duplicates == 0, metadata={"duplicates": duplicates}),
+            AssetCheckResult(check_name="no_empty_chunk_text", passed=empty == 0, metadata={"empty": empty}),
+        ],
+    )

@@ -1,0 +1,37 @@
+"""Stores every table-valued asset as one Parquet file, and the small record-valued ones (the
+candidate version) as JSON, so that any asset can be re-materialized alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from dagster import ConfigurableIOManager, InputContext, OutputContext
+
+from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.io.tables import write_parquet
+
+
+class ParquetIOManager(ConfigurableIOManager):
+    base_dir: str
+
+    def _path(self, context: OutputContext | InputContext, suffix: str) -> Path:
+        return Path(self.base_dir, *context.asset_key.path).with_suffix(suffix)
+
+    def handle_output(self, context: OutputContext, obj: pd.DataFrame | dict[str, Any]) -> None:
+        if isinstance(obj, dict):
+            path = write_json(obj, self._path(context, ".json"))
+        else:
+            path = write_parquet(obj, self._path(context, ".parquet"))
+        context.add_output_metadata({"path": str(path), "bytes": path.stat().st_size})
+
+    def load_input(self, context: InputContext) -> pd.DataFrame | dict[str, Any]:
+        for suffix in (".parquet", ".json"):
+            path = self._path(context, suffix)
+            if path.exists():
+                return pd.read_parquet(path) if suffix == ".parquet" else json.loads(path.read_text())
+        raise FileNotFoundError(
+            f"{self._path(context, '.parquet')} does not exist: materialize {context.asset_key.to_user_string()} first"
+        )

@@ -1,0 +1,68 @@
+"""Jobs.
+
+``index_build_job`` is the whole incremental build, unpartitioned, ending at the sealed
+candidate; the candidate sensor then starts ``evaluation_job``, which promotes only through the
+gate. ``embedding_shards_job`` backfills the embedding cache per catalog source and hash shard.
+"""
+
+
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetSelection,
+    Config,
+    OpExecutionContext,
+    define_asset_job,
+    job,
+    op,
+)
+
+from retrieval_assets.core.index.servers import roll_back
+from retrieval_assets.defs.assets.embed import embedding_cache_shard
+from retrieval_assets.defs.assets.evaluation import promoted_index, retrieval_evaluation
+from retrieval_assets.defs.resources import IndexStorageResource
+
+EVALUATION = AssetSelection.assets(retrieval_evaluation, promoted_index)
+BUILD = AssetSelection.all() - AssetSelection.assets(embedding_cache_shard) - EVALUATION
+# Build, evaluation and promotion in one run: every asset but the partitioned cache warm-up.
+WHOLE_BUILD = BUILD | EVALUATION
+
+evaluation_job = define_asset_job(
+    "evaluation_job",
+    selection=EVALUATION,
+    description="Evaluate the sealed candidate through the query resource; promote it only if the gate passes.",
+)
+
+index_build_job = define_asset_job(
+    "index_build_job",
+    selection=BUILD,
+    description="The whole incremental build: ingest, clean, chunk, embed what changed, write and seal a candidate.",
+)
+
+embedding_shards_job = define_asset_job(
+    "embedding_shards_job",
+    selection=AssetSelection.assets(embedding_cache_shard),
+    description="Fill the embedding cache for one catalog source and hash shard; backfill shards in parallel.",
+)
+
+class RollbackConfig(Config):
+    # Empty: the version promoted before the current one.
+    to_version: str | None = None
+
+
+@op(out={})
+def rollback_promoted_version(context: OpExecutionContext, config: RollbackConfig, storage: IndexStorageResource):
+    versions = storage.versions()
+    before = versions.promoted()
+    target = roll_back(versions, storage.servers(), config.to_version)
+    context.log.info(f"serving {target.id} again (was {before.id if before else 'nothing'})")
+    yield AssetMaterialization(
+        asset_key=AssetKey("promoted_index"),
+        description="rollback",
+        metadata={"version": target.id, "previous": before.id if before else "(none)", "changed": True},
+    )
+
+
+@job(description="Point serving back at the previously promoted version (or at config.to_version).")
+def rollback_job():
+    rollback_promoted_version()

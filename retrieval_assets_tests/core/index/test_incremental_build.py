@@ -1,0 +1,212 @@
+"""Incremental builds on the real encoders: only new or changed text is encoded, removed
+documents leave every backend, and a build killed midway converges on re-run to the index an
+uninterrupted build writes, without touching the promoted version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval_assets_tests import TEST_DATA
+from retrieval_assets.core import pipeline
+from retrieval_assets.core.index.build import backend_chunk_ids, build_candidate
+from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.embed.cache import EmbeddingCache, encode_with_cache
+from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
+from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+from retrieval_assets.core.models import SparseVector
+from retrieval_assets.core.retrieval.searcher import open_retriever
+from retrieval_assets.core.settings import ModelSettings, PipelineSettings, RetrievalSettings
+from retrieval_assets.core.embed.vectors import dense_values
+from retrieval_assets.core.index.versions import IndexVersions
+
+TOOLS = TEST_DATA / "tools_with_relations.jsonl"
+QUERIES = ("align sequencing reads to a reference genome", "variant calling", "sort BAM files")
+
+
+class CountingDense(DenseEncoder):
+    """The real dense encoder, recording every document text it is asked to encode."""
+
+    def __init__(self, inner: DenseEncoder) -> None:
+        self.inner, self.texts = inner, []
+        self.model_name, self.dim, self.max_length = inner.model_name, inner.dim, inner.max_length
+
+    def encode_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
+        self.texts.extend(texts)
+        return self.inner.encode_documents(texts, progress)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.encode_queries(texts)
+
+
+class CountingSparse(SparseEncoder):
+    def __init__(self, inner: SparseEncoder) -> None:
+        self.inner, self.texts = inner, []
+        self.model_name, self.vocab_size, self.max_length = inner.model_name, inner.vocab_size, inner.max_length
+
+    def encode_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> list[SparseVector]:
+        self.texts.extend(texts)
+        return self.inner.encode_documents(texts, progress)
+
+    def encode_queries(self, texts: Sequence[str]) -> list[SparseVector]:
+        return self.inner.encode_queries(texts)
+
+    def id_to_term(self, term_id: int) -> str:
+        return self.inner.id_to_term(term_id)
+
+
+@pytest.fixture(scope="module")
+def encoders() -> tuple[DenseEncoder, SparseEncoder]:
+    settings = ModelSettings()
+    return dense_encoder_for(settings), sparse_encoder_for(settings)
+
+
+def _tools() -> list[dict]:
+    return [json.loads(line) for line in TOOLS.read_text().splitlines()]
+
+
+def _write(path: Path, records: list[dict]) -> CatalogSource:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return CatalogSource(format="tool_catalog", path=str(path))
+
+
+def _answers(layout: pipeline.IndexLayout, encoders) -> dict[str, list[tuple[str, float]]]:
+    retriever = open_retriever(
+        layout, dense_encoder=encoders[0], sparse_encoder=encoders[1], settings=RetrievalSettings()
+    )
+    try:
+        return {q: [(h.chunk_id, round(h.score, 5)) for h in retriever.search(q, top_k=5).hits] for q in QUERIES}
+    finally:
+        retriever.close()
+
+
+def test_rerun_encodes_only_new_or_changed_text(tmp_path: Path, encoders) -> None:
+    dense, sparse = CountingDense(encoders[0]), CountingSparse(encoders[1])
+    versions, cache, settings = IndexVersions(tmp_path / "indexes"), tmp_path / "cache", PipelineSettings()
+    tools = _tools()
+    source = _write(tmp_path / "catalog.jsonl", tools)
+
+    first = build_candidate(source, versions, cache, dense, sparse, settings)
+    assert first.encoded["dense"].encoded == first.encoded["sparse"].encoded == first.chunks == len(tools)
+
+    dense.texts.clear(), sparse.texts.clear()
+    unchanged = build_candidate(source, versions, cache, dense, sparse, settings)
+    assert unchanged.reused and unchanged.version == first.version
+    assert dense.texts == [] and sparse.texts == []
+
+    removed, edited = tools[0]["id"], tools[1]["id"]
+    changed = [dict(tool) for tool in tools[1:]]
+    changed[0]["description"] += " Now also reads CRAM."
+    added = {"id": "newtool", "name": "NewTool", "description": "Assembles long nanopore reads into contigs."}
+    source = _write(tmp_path / "catalog.jsonl", [*changed, added])
+    dense.texts.clear(), sparse.texts.clear()
+    third = build_candidate(source, versions, cache, dense, sparse, settings)
+
+    assert not third.reused and third.version != first.version
+    assert third.reembedded_chunks() == third.encoded["sparse"].encoded == 2
+    encoded = "\n---\n".join(sparse.texts)
+    assert len(sparse.texts) == 2 and changed[0]["description"] in encoded and added["description"] in encoded
+    # The vocabulary encoded only the terms it had not seen: the few new words of those two texts.
+    assert len(dense.texts) - 2 == third.encoded["vocabulary"].encoded < 20
+    expected = {f"{tool['id']}#0" for tool in [*changed, added]}
+    for backend, ids in backend_chunk_ids(third.version).items():
+        assert ids == expected, backend
+        assert f"{removed}#0" not in ids and f"{edited}#0" in ids
+
+
+def test_cache_is_keyed_by_encoder_fingerprint(tmp_path: Path) -> None:
+    def encode(texts: Sequence[str], progress: ProgressCallback | None) -> object:
+        return dense_values(np.ones((len(texts), 2), dtype=np.float32))
+
+    one, other = EmbeddingCache(tmp_path, "model-a|dim=2"), EmbeddingCache(tmp_path, "model-b|dim=2")
+    _, stats = encode_with_cache(["k1", "k2"], ["a", "b"], encode, one, block_rows=1)
+    assert (stats.encoded, len(one.segments())) == (2, 2)  # one durable segment per block
+    _, stats = encode_with_cache(["k2", "k1", "k3"], ["b", "a", "c"], encode, one)
+    assert (stats.reused, stats.encoded) == (2, 1)
+    _, stats = encode_with_cache(["k1"], ["a"], encode, other)
+    assert stats.encoded == 1  # a different model never reuses another model's vectors
+    one.compact(["k1"], max_segments=0)
+    assert len(one.segments()) == 1 and list(one.lookup(["k1", "k2", "k3"])["content_hash"]) == ["k1"]
+
+
+# Builds a catalog in a child process, one encoder batch of 2 texts per durable cache segment.
+_CHILD_BUILD = """
+import sys
+from pathlib import Path
+from retrieval_assets.core.index.build import build_candidate
+from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+from retrieval_assets.core.settings import PipelineSettings
+from retrieval_assets.core.index.versions import IndexVersions
+settings = PipelineSettings(embedding_block_rows=2)
+build_candidate(
+    CatalogSource(format="tool_catalog", path=sys.argv[1]), IndexVersions(sys.argv[2]), Path(sys.argv[3]),
+    dense_encoder_for(settings.models), sparse_encoder_for(settings.models), settings,
+)
+"""
+
+
+def _variants(tools: list[dict], copies: int) -> list[dict]:
+    """Distinct tools with distinct text, enough that encoding takes many blocks."""
+    return [
+        {**tool, "id": f"{tool['id']}-v{n}", "description": f"{tool['description']} Variant {n} of the tool."}
+        for n in range(copies)
+        for tool in tools
+    ]
+
+
+def test_killed_build_converges_and_never_touches_the_promoted_version(tmp_path: Path, encoders) -> None:
+    tools = _tools()
+    root, cache, settings = tmp_path / "indexes", tmp_path / "cache", PipelineSettings(embedding_block_rows=2)
+    versions = IndexVersions(root)
+    served = build_candidate(_write(tmp_path / "catalog.jsonl", tools), versions, cache, *encoders, settings)
+    versions.promote(served.version, reason="test")
+    pointer, answers = (root / "promoted.json").read_bytes(), _answers(served.version.layout, encoders)
+
+    catalog = _write(tmp_path / "catalog.jsonl", tools + _variants(tools, 3))
+    dense_segments = pipeline.embedding_cache(cache, "dense", encoders[0])
+    before = len(dense_segments.segments())
+    child = subprocess.Popen([sys.executable, "-c", _CHILD_BUILD, catalog.path, str(root), str(cache)])
+    deadline = time.monotonic() + 180
+    while len(dense_segments.segments()) < before + 2 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    child.kill()  # SIGKILL: no cleanup of any kind runs
+    assert child.wait() == -9, "the build finished before it could be killed"
+
+    # Midway: some vectors are durable, no new version is complete, serving never moved.
+    assert len(dense_segments.segments()) > before
+    assert [v.id for v in versions.sealed()] == [served.version.id]
+    assert (root / "promoted.json").read_bytes() == pointer
+    assert _answers(versions.promoted().layout, encoders) == answers
+
+    resumed = build_candidate(catalog, versions, cache, *encoders, settings)
+    assert resumed.version.sealed and 0 < resumed.reembedded_chunks() < len(_variants(tools, 3))
+    reference = build_candidate(catalog, IndexVersions(tmp_path / "reference"), tmp_path / "ref_cache", *encoders, settings)
+    assert resumed.version.id == reference.version.id
+    assert backend_chunk_ids(resumed.version) == backend_chunk_ids(reference.version)
+    assert _answers(resumed.version.layout, encoders) == _answers(reference.version.layout, encoders)
+    assert (root / "promoted.json").read_bytes() == pointer
+
+
+def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Path, capsys) -> None:
+    from retrieval_assets.cli import main
+
+    assert main(["bench-incremental", "--dataset", str(tiny_beir), "--workdir", str(tmp_path), "--changed-fraction", "0.2"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"full_seconds", "noop_seconds", "one_percent_seconds", "peak_rss_mb", "reembedded_chunks_noop",
+            "reembedded_chunks_one_percent"} <= set(figures)
+    assert figures["reembedded_chunks_noop"] == 0 and figures["noop_reused_version"]
+    assert 0 < figures["changed_documents"] <= figures["reembedded_chunks_one_percent"] < figures["chunks"]
+    assert figures["noop_seconds"] < figures["full_seconds"]
+
+    assert main(["bench-latency", "--index-root", str(tmp_path / "indexes")]) == 0
+    latency = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(latency["runs"]) == {"bm25", "dense", "splade", "hybrid"} and latency["chunks"] == figures["chunks"]
+    assert all(0 < run["p50_ms"] <= run["p95_ms"] for run in latency["runs"].values())

@@ -1,0 +1,142 @@
+"""Index versions, the promotion pointer, rollback and pruning, the gate, and a promotion under load."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from retrieval_assets_tests import TEST_DATA
+from retrieval_assets.core.index.build import build_candidate
+from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.evaluation.gate import GateSettings, decide
+from retrieval_assets.core.models import SearchRequest
+from retrieval_assets.core.settings import PipelineSettings
+from retrieval_assets.core.index.versions import IndexVersions, VersionError
+from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
+from retrieval_assets.serving.service import SearchService
+
+TOOLS = TEST_DATA / "tools_with_relations.jsonl"
+
+
+def _sealed(versions: IndexVersions, fingerprint: str):
+    version = versions.candidate(fingerprint)
+    versions.seal(version, fingerprint)
+    return version
+
+
+def test_promote_rollback_and_prune(tmp_path: Path) -> None:
+    versions = IndexVersions(tmp_path)
+    assert versions.promoted() is None
+    with pytest.raises(VersionError, match="no earlier"):
+        versions.rollback()
+    unsealed = versions.candidate("f" * 64)
+    with pytest.raises(VersionError, match="incomplete"):
+        versions.promote(unsealed, reason="test")
+
+    v1, v2, v3 = (_sealed(versions, c * 64) for c in "abc")
+    versions.promote(v1, reason="first")
+    versions.promote(v2, reason="second")
+    assert versions.promoted() == v2 and versions.pointer()["previous"] == v1.id
+    assert versions.rollback() == v1 and versions.promoted() == v1
+    assert versions.rollback(to=v3.id) == v3
+    events = [entry["event"] for entry in versions.history()]
+    assert events == ["promoted", "promoted", "promoted", "rolled_back", "promoted", "rolled_back"]
+
+    v4, v5 = _sealed(versions, "d" * 64), _sealed(versions, "e" * 64)
+    # Newest two kept, plus the promoted version (v3) and the one a rollback returns to (v1).
+    assert sorted(versions.prune(keep=2)) == [v2.id]
+    assert [v.id for v in versions.sealed()] == [v1.id, v3.id, v4.id, v5.id]
+    assert not v2.path.exists() and unsealed.path.exists()
+    with pytest.raises(VersionError, match="pruned"):
+        versions.rollback(to=v2.id)
+    with pytest.raises(VersionError, match="not a version id"):
+        versions.version("../outside")
+
+
+def test_pointer_is_replaced_whole(tmp_path: Path) -> None:
+    """Readers racing a thousand promotions never see a partial or empty pointer."""
+    versions = IndexVersions(tmp_path)
+    a, b = _sealed(versions, "a" * 64), _sealed(versions, "b" * 64)
+    versions.promote(a, reason="start")
+    seen, stop = set(), threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            seen.add(json.loads((tmp_path / "promoted.json").read_text())["version"])
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for n in range(500):
+        versions.promote(b if n % 2 == 0 else a, reason="flip")
+    stop.set()
+    reader.join()
+    assert seen <= {a.id, b.id} and seen
+
+
+def test_gate_floors_drops_latency_and_missing_gold() -> None:
+    settings = GateSettings(min_ndcg_at_10=0.3, max_ndcg_drop=0.01, p95_budget_ms=100)
+    good = {"ndcg@10": 0.70, "recall@100": 0.95, "p95_ms": 20.0}
+    assert decide(good, None, settings).passed
+    assert decide(good, {**good, "ndcg@10": 0.705}, settings).passed  # within the margin
+
+    worse = decide({**good, "ndcg@10": 0.65}, good, settings)
+    assert not worse.passed and "below the promoted 0.7000" in worse.reasons[0]
+    assert worse.comparison["ndcg@10"] == {"candidate": 0.65, "promoted": 0.70, "floor": 0.3, "allowed_drop": 0.01}
+    broken = decide({"ndcg@10": 0.05, "recall@100": 0.1, "p95_ms": 250.0}, None, settings)
+    assert len(broken.reasons) == 3 and "budget" in broken.reasons[-1]
+
+    assert decide(None, None, settings).passed
+    assert not decide(None, None, settings.model_copy(update={"promote_without_gold": False})).passed
+
+
+def _catalog(path: Path, records: list[str]) -> CatalogSource:
+    path.write_text("\n".join(records) + "\n")
+    return CatalogSource(format="tool_catalog", path=str(path))
+
+
+def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path) -> None:
+    storage = IndexStorageResource(home=str(tmp_path))
+    models = ModelResource()
+    dense, sparse = models.dense_encoder(), models.sparse_encoder()
+    lines = TOOLS.read_text().splitlines()
+    versions = storage.versions()
+    old = build_candidate(
+        _catalog(tmp_path / "old.jsonl", lines[:9]), versions, storage.cache_dir, dense, sparse, PipelineSettings()
+    )
+    new = build_candidate(
+        _catalog(tmp_path / "new.jsonl", lines[9:]), versions, storage.cache_dir, dense, sparse, PipelineSettings()
+    )
+    versions.promote(old.version, reason="test")
+    service = SearchService.from_resource(SearchResource(storage=storage, models=models))
+    request = SearchRequest(query="sequence alignment and variant calling tools", top_k=5)
+
+    def ids() -> list[str]:
+        return [hit.doc_id for hit in service.run(request).hits]
+
+    before = ids()
+    versions.promote(new.version, reason="test")
+    after = ids()
+    versions.promote(old.version, reason="test")
+    assert before != after and set(before).isdisjoint(after)
+
+    answers, errors = [], []
+
+    def query() -> None:
+        try:
+            for _ in range(15):
+                answers.append(ids())
+        except Exception as exc:  # noqa: BLE001 - any failure is what the test reports
+            errors.append(exc)
+
+    threads = [threading.Thread(target=query) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for n in range(6):
+        versions.promote(new.version if n % 2 == 0 else old.version, reason="switch under load")
+    for thread in threads:
+        thread.join()
+    service.close()
+    assert not errors and answers and all(answer in (before, after) for answer in answers)

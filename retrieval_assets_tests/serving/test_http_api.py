@@ -1,0 +1,265 @@
+"""The HTTP API over real small indexes (three tenants, every asset materialized), and the load test."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from retrieval_assets.core.models import SearchRequest
+from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError
+from retrieval_assets.serving import create_app
+from retrieval_assets.serving.inbox import INBOX_FILE
+from retrieval_assets.serving.loadtest import run_load_test
+from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild, build_tenant_indexes
+
+QUERY = "align sequencing reads to a reference genome"
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> TenantBuild:
+    built = build_tenant_indexes(tmp_path_factory.getbasetemp() / "tenant_indexes")
+    assert built.success
+    return built
+
+
+@pytest.fixture(scope="module")
+def client(build: TenantBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    # The inbox goes to a scratch home so that posted documents do not touch the shared build.
+    app = create_app(build.search_resource(), home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog")
+    with TestClient(app) as test_client:  # runs the lifespan: opens the retriever, closes it at the end
+        yield test_client
+
+
+def _ids(body: dict[str, Any]) -> list[str]:
+    return [hit["doc_id"] for hit in body["hits"]]
+
+
+def test_search_answers_the_query_resources_result(client: TestClient) -> None:
+    body = {"query": QUERY, "top_k": 5, "tenant": "alpha", "fusion": "rrf", "rerank": False}
+    response = client.post("/search", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    expected = client.app.state.service.run(SearchRequest(query=QUERY, top_k=5, tenant_id="alpha", fusion="rrf"))
+    assert _ids(result) == [hit.doc_id for hit in expected.hits] and len(result["hits"]) == 5
+    assert result["strategies"] == expected.strategies and result["fusion"] == "rrf"
+    assert result["reranked"] is False and result["refine"] is False
+    assert {"total_ms", *(f"{name}_ms" for name in expected.strategies)} <= set(result["timings_ms"])
+    top = result["hits"][0]
+    assert top["tenant_id"] == "alpha" and set(top["strategy_scores"]) & set(expected.strategies)
+    assert result["diagnostics"]["filters"] == [{"field": "tenant_id", "any_of": ["alpha"]}]
+
+
+def test_search_options_reach_the_retriever(client: TestClient) -> None:
+    body = {
+        "query": "medical image viewer [REFINE]",
+        "top_k": 3,
+        "tenant_id": "gamma",  # the SearchRequest spelling works too
+        "strategies": ["bm25", "dense"],
+        "fusion": "zscore",
+        "rerank": True,
+        "expand": True,
+        "multi_query": True,
+        "context_files": ["scan.dcm"],
+        "filters": {"topics": "Medical imaging"},
+    }
+    result = client.post("/search", json=body).json()
+    assert result["strategies"] == ["bm25", "dense"] and result["fusion"] == "zscore"
+    assert result["reranked"] and result["refine"]
+    assert result["diagnostics"]["context_tokens"] == ["format:DICOM"]
+    assert "multi_query" in result["diagnostics"] and result["hits"]
+    assert {hit["tenant_id"] for hit in result["hits"]} == {"gamma"}
+
+
+def _events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_stream_sends_metadata_then_hits_then_done(client: TestClient) -> None:
+    params = {"query": QUERY, "top_k": 4, "tenant": "beta", "strategies": "bm25,splade", "fusion": "minmax"}
+    response = client.get("/search/stream", params=params)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = _events(response.text)
+    (kind, meta), *hits, (last, done) = events
+    assert kind == "meta" and last == "done"
+    assert meta["query"] == QUERY and meta["strategies"] == ["bm25", "splade"] and meta["fusion"] == "minmax"
+    assert meta["count"] == len(hits) == done["count"] == 4 and "total_ms" in meta["timings_ms"]
+    assert [data["rank"] for _, data in hits] == [1, 2, 3, 4]
+    assert {data["tenant_id"] for _, data in hits} == {"beta"} and all(data["strategy_scores"] for _, data in hits)
+
+
+@pytest.mark.parametrize(
+    ("request_body", "expected"),
+    [
+        ({"query": "x" * 1001}, "at most 1000 characters"),
+        ({"query": ""}, "at least 1 character"),
+        ({"query": "bwa", "top_k": 0}, "greater than or equal to 1"),
+        ({"query": "bwa", "top_k": 1001}, "less than or equal to 1000"),
+        ({"query": "bwa", "strategies": ["bm42"]}, "strategies"),
+        ({"query": "bwa", "topk": 3}, "Extra inputs are not permitted"),
+        ({"query": "bwa", "filters": {"year": {"above": 2019}}}, "unknown range keys"),
+        ({"query": "bwa", "filters": {"license": []}}, "the value list is empty"),
+        ({"query": "bwa", "filters": {"year": "recent"}}, "expects integer values"),
+        ({"query": "bwa [EXCLUDE:]"}, "malformed control tag"),
+        ({"query": "[NO_RERANK]"}, "only control tags"),
+        ({"query": "aligners since 2020 before 2010"}, "2020"),
+        ({"query": "since 2019"}, "nothing is left to search"),
+        ({"query": "   "}, "non-empty"),
+    ],
+)
+def test_bad_requests_are_422_with_a_clear_message(client: TestClient, request_body: dict, expected: str) -> None:
+    response = client.post("/search", json=request_body)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert expected in body["detail"] and body["error"]
+    assert "x" * 100 not in response.text  # hostile input is not echoed back
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "reason"),
+    [
+        ("/search", b'{"query": "bwa", "filters": {"year": {"gte": Infinity}}}', None),
+        ("/search", b'{"query": "bwa", "filters": {"tenant_id": "\\ud800"}}', None),
+        ("/documents", b'{"id": "nan", "name": "N", "description": "d", "metadata": {"score": NaN}}', "malformed_json"),
+        ("/documents", b'{"id": "sur", "name": "S", "description": "a lone \\ud800 surrogate"}', "invalid_utf8"),
+    ],
+)
+def test_what_python_parses_but_nothing_can_store_is_422(client: TestClient, path: str, body: bytes, reason: str) -> None:
+    # NaN/Infinity and lone surrogates pass json.loads; stores and Parquet then fail (see test_hostile_input).
+    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json().get("reason") == reason
+
+
+def test_oversized_bodies_are_413(client: TestClient) -> None:
+    big_search = {"query": "bwa", "context_metadata": {"note": "x" * 70_000}}
+    assert client.post("/search", json=big_search).status_code == 413
+    too_large = client.post("/documents", content=b'{"id": "big", "description": "' + b"x" * 2_100_000 + b'"}')
+    assert too_large.status_code == 413
+
+
+def test_stream_rejects_bad_input_before_streaming(client: TestClient) -> None:
+    for params, expected in (
+        ({"query": "bwa", "filters": "{not json"}, "not valid JSON"),
+        ({"query": "bwa", "filters": '{"year": {"gte": NaN}}'}, "not a JSON number"),
+        ({"query": "bwa", "filters": "[" * 3_000}, "not valid JSON"),
+        ({"query": "bwa [REFINE=1]"}, "REFINE"),
+    ):
+        response = client.get("/search/stream", params=params)
+        assert response.status_code == 422 and expected in response.json()["detail"]
+
+
+def test_documents_are_queued_and_read_back(client: TestClient) -> None:
+    record = {"id": "new-tool", "name": "New aligner", "description": "Aligns long reads.", "metadata": {"year": 2025}}
+    response = client.post("/documents", content=json.dumps(record), params={"tenant": "beta"})
+    assert response.status_code == 202, response.text
+    accepted = response.json()["document"]
+    assert accepted["status"] == "pending" and accepted["tenant_id"] == "beta" and accepted["metadata"] == {"year": 2025}
+    assert client.get("/documents/new-tool", params={"tenant": "beta"}).json()["status"] == "pending"
+    assert client.get("/documents/new-tool", params={"tenant": "alpha"}).status_code == 404
+    lines = (client.app.state.inbox.path).read_text().splitlines()
+    assert json.loads(lines[-1])["record"] == record
+
+
+def test_quarantined_documents_are_422_with_the_reason(client: TestClient) -> None:
+    for body, reason in (
+        (b'{"id": "x", "name": "Broken', "malformed_json"),
+        (b'{"id": "x", "name": "Empty", "description": "  "}', "empty_text"),
+        (b'{"name": "No id", "description": "d"}', "missing_id"),
+        (b'{"id": "x", "name": "caf\xe9", "description": "d"}', "invalid_utf8"),
+        (b'{"id": "x", "name": 5, "description": "d"}', "invalid_field_type"),
+        (b"[1, 2]", "not_an_object"),
+    ):
+        response = client.post("/documents", content=body)
+        assert response.status_code == 422 and response.json()["reason"] == reason, response.text
+
+
+def test_concurrent_posts_append_whole_lines(client: TestClient) -> None:
+    def post(i: int) -> int:
+        record = {"id": f"bulk-{i}", "name": f"Tool {i}", "description": "x" * 5_000}
+        return client.post("/documents", content=json.dumps(record)).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert set(pool.map(post, range(40))) == {202}
+    entries = [json.loads(line) for line in client.app.state.inbox.path.read_text().splitlines()]
+    assert {e["document"]["doc_id"] for e in entries} >= {f"bulk-{i}" for i in range(40)}
+
+
+def test_indexed_documents_honour_the_tenant(client: TestClient) -> None:
+    document = client.get("/documents/bwa").json()
+    assert document["status"] == "indexed" and document["tenant_id"] == "alpha" and document["chunk_id"] == "bwa#0"
+    assert document["metadata"]["year"] == 2010
+    assert client.get("/documents/bwa", params={"tenant": "alpha"}).status_code == 200
+    missing = client.get("/documents/bwa", params={"tenant": "beta"})
+    assert missing.status_code == 404 and "bwa" in missing.json()["detail"]
+    assert client.get("/documents/beta-bwa", params={"tenant": "beta"}).json()["tenant_id"] == "beta"
+
+
+def test_health_reports_backends_and_version(client: TestClient, build: TenantBuild) -> None:
+    response = client.get("/health")
+    assert response.status_code == 200
+    health = response.json()
+    counts = {name: backend["count"] for name, backend in health["backends"].items()}
+    assert health["status"] == "ok" and all(b["ready"] for b in health["backends"].values())
+    assert len(set(counts.values())) == 1 and counts["tantivy"] > 0
+    assert health["vocabulary"] and health["graph"] and health["strategies"] == ["bm25", "splade", "dense"]
+    pointer = build.search_resource().storage.versions().pointer()
+    assert health["version"] == pointer["version"] and health["promoted_at"] == pointer["promoted_at"]
+
+
+def test_without_indexes_health_and_search_say_unavailable(tmp_path: Path) -> None:
+    def missing() -> Any:
+        raise BackendNotAvailableError("no index at /nowhere: materialize the faiss_index asset first")
+
+    with TestClient(create_app(missing, layout=IndexLayout(tmp_path / "indexes"))) as offline:
+        health = offline.get("/health")
+        assert health.status_code == 503 and "materialize" in health.json()["error"]
+        assert not any(b["ready"] for b in health.json()["backends"].values())
+        assert offline.post("/search", json={"query": "bwa"}).status_code == 503
+        assert offline.get("/documents/bwa").status_code == 404
+    assert not (tmp_path / INBOX_FILE).exists()
+
+
+def test_openapi_and_docs_are_served(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert {"/search", "/search/stream", "/documents", "/documents/{doc_id}", "/health"} <= set(spec["paths"])
+    assert client.get("/docs").status_code == 200
+
+
+@pytest.fixture()
+def live_url(client: TestClient) -> Iterator[str]:
+    """The same app served by uvicorn on a free loopback port (lifespan off: the client owns the retriever)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(client.app, lifespan="off", log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_loadtest_reports_each_level(live_url: str) -> None:
+    figures = run_load_test(live_url, [1, 2], requests=4, queries=[QUERY, "medical image viewer"], max_seconds=30)
+    assert [level["concurrency"] for level in figures["levels"]] == [1, 2]
+    for level in figures["levels"]:
+        assert level["requests"] == 4 and level["errors"] == 0 and not level["stopped_by_time_limit"]
+        assert level["throughput_rps"] > 0 and 0 < level["p50_ms"] <= level["p95_ms"] <= level["p99_ms"]
+    json.dumps(figures)  # one JSON line is what the command prints
