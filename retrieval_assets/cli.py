@@ -68,25 +68,34 @@ def _print_result(result: RetrievalResult) -> None:
         print(f"     {per_strategy}" + (f"  via graph: {' > '.join(hit.graph_path)}" if hit.graph_path else ""))
 
 
+def _instance():
+    """The Dagster instance under $DAGSTER_HOME, so runs show in `dagster dev`; else an ephemeral one."""
+    from dagster import DagsterInstance
+
+    return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """The nightly flow in one process: the whole incremental build, then (as the candidate sensor
     would) evaluation and the promotion gate; prints the verdict and a sample query."""
-    from dagster import DagsterInstance
-
     from retrieval_assets.definitions import configured_search, defs
+    from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
 
     # With $DAGSTER_HOME set the runs are recorded where `dagster dev` shows them.
-    instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
+    instance = _instance()
     build = defs.resolve_job_def("index_build_job").execute_in_process(instance=instance, raise_on_error=False)
     if not build.success:
         print("index_build_job failed; see the run log above", file=sys.stderr)
         return 1
     resources = defs.resources
     versions = resources["storage"].versions()
-    candidate = build.output_for_node("index_version")["version"]
-    # As the candidate sensor does: a version evaluated before (nothing changed) is not evaluated again.
+    candidate = build.output_for_node("index_version").version
+    # As the candidate sensor does: a version evaluated before (nothing changed) is not evaluated
+    # again, and the run is tagged with the version it judges.
     if versions.version(candidate).evaluation() is None:
-        evaluation = defs.resolve_job_def("evaluation_job").execute_in_process(instance=instance, raise_on_error=False)
+        evaluation = defs.resolve_job_def("evaluation_job").execute_in_process(
+            instance=instance, tags={EVALUATED_VERSION_TAG: candidate}, raise_on_error=False
+        )
         if not evaluation.success and versions.version(candidate).evaluation() is None:
             print("evaluation_job failed; see the run log above", file=sys.stderr)
             return 1
@@ -120,19 +129,23 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    """Serve the previously promoted version again (or --to VERSION); one atomic pointer switch."""
-    from retrieval_assets.core.index.servers import roll_back
-    from retrieval_assets.core.index.versions import VersionError
-    from retrieval_assets.definitions import configured_storage
+    """Serve the previously promoted version again (or --to VERSION) through ``rollback_job``, so
+    the Dagster UI records the switch on ``promoted_index`` just as the pointer moves."""
+    from retrieval_assets.definitions import configured_storage, defs
 
     with configured_storage() as storage:
-        versions = storage.versions()
-        before = versions.promoted()
-        try:
-            target = roll_back(versions, storage.servers(), args.to)
-        except VersionError as exc:
-            print(f"rollback: {exc}", file=sys.stderr)
-            return 2
+        before = storage.versions().promoted()
+    run_config = {"ops": {"rollback_promoted_version": {"config": {"to_version": args.to}}}}
+    result = defs.resolve_job_def("rollback_job").execute_in_process(
+        instance=_instance(), run_config=run_config, raise_on_error=False
+    )
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        message = failure.step_failure_data.error.message.strip() if failure else "see the run log above"
+        print(f"rollback: {message}", file=sys.stderr)
+        return 2
+    with configured_storage() as storage:
+        target = storage.versions().promoted()
     print(f"serving {target.id} (was {before.id if before else 'nothing'})")
     return 0
 
@@ -163,38 +176,29 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from retrieval_assets.core.evaluation.benchmark import run_benchmark
-    from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
-    from retrieval_assets.core.retrieval.rerank.cross_encoder import load_reranker
-    from retrieval_assets.core.settings import PipelineSettings
+    """Build a BEIR directory with the product's build job and evaluate every configuration
+    through its evaluation job, in a scratch home; the last stdout line is the JSON figures."""
+    from retrieval_assets.bench import run_benchmark
 
     dataset = Path(args.dataset)
     if not (dataset / "corpus.jsonl").exists():
         print(f"{dataset} is not a BEIR directory (no corpus.jsonl)", file=sys.stderr)
         return 2
-    settings = PipelineSettings()
-    dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
-    rerank = settings.retrieval.rerank
-    reranker = None if args.no_rerank else load_reranker(rerank.model, device=settings.models.device, max_length=rerank.max_length)
     with _workdir(args.workdir, "retrieval-bench-") as workdir:
-        figures = run_benchmark(dataset, workdir, dense, sparse, settings, reranker, progress=_tqdm_progress)
+        figures = run_benchmark(dataset, workdir, rerank=not args.no_rerank)
     return _emit_json(figures, args.json_out)
 
 
 def cmd_bench_incremental(args: argparse.Namespace) -> int:
-    """Full build, no-change re-run, 1%-changed re-run; the last stdout line is the JSON figures."""
-    from retrieval_assets.core.evaluation.benchmark import run_incremental_benchmark
+    """Full build, no-change re-run, changed re-runs; the last stdout line is the JSON figures."""
+    from retrieval_assets.bench import run_incremental_benchmark
     from retrieval_assets.core.ingest.catalog import catalog_file
-    from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
-    from retrieval_assets.core.settings import PipelineSettings
 
     dataset = Path(args.dataset)
     catalog_file(dataset, args.format)  # a missing corpus is reported before the models load
-    settings = PipelineSettings()
-    dense, sparse = dense_encoder_for(settings.models), sparse_encoder_for(settings.models)
     with _workdir(args.workdir, "retrieval-incremental-") as workdir:
         figures = run_incremental_benchmark(
-            dataset, args.format, workdir, dense, sparse, settings, args.changed_fraction, progress=_tqdm_progress
+            dataset, args.format, workdir, args.changed_fraction, changed_runs=args.changed_runs
         )
     return _emit_json(figures, args.json_out)
 
@@ -313,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     incremental.add_argument("--dataset", required=True, help="BEIR directory, or a JSONL tool catalog with --format")
     incremental.add_argument("--format", choices=["beir", "tool_catalog"], default="beir")
     incremental.add_argument("--changed-fraction", type=float, default=0.01, help="share of documents changed")
+    incremental.add_argument(
+        "--changed-runs", type=int, default=1, help="successive changed re-runs (each changes another share)"
+    )
     incremental.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
     incremental.add_argument("--json-out", help="also write the result JSON to this file")
     incremental.set_defaults(func=cmd_bench_incremental)

@@ -14,7 +14,7 @@ from dagster import build_resources, load_from_defs_folder
 from retrieval_assets.defs.resources import IndexStorageResource, SearchResource
 from retrieval_assets.paths import PROJECT_ROOT
 
-defs = load_from_defs_folder(project_root=PROJECT_ROOT)
+defs = load_from_defs_folder(path_within_project=PROJECT_ROOT)
 ASSETS = list(defs.assets or [])
 
 

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 # Scalar metadata values that every backend can filter on.
 MetadataValue = str | int | float | bool | list[str]
+
+
+class Strategy(StrEnum):
+    """A retrieval strategy; it also names the index that serves it, whatever its engine."""
+
+    BM25 = "bm25"
+    SPLADE = "splade"
+    DENSE = "dense"
+
+
+class FusionMethod(StrEnum):
+    """How per-strategy result lists become one ranking (``retrieval.fusion``)."""
+
+    RRF = "rrf"
+    MINMAX = "minmax"
+    ZSCORE = "zscore"
+    SIMILARITY_RRF = "similarity_rrf"
 
 
 class Document(BaseModel):
@@ -109,8 +127,8 @@ class SearchRequest(BaseModel):
     top_k: int = Field(10, ge=1)
     filters: dict[str, Any] | None = None
     tenant_id: str | None = None
-    strategies: list[str] | None = None
-    fusion: Literal["rrf", "minmax", "zscore", "similarity_rrf"] | None = None
+    strategies: list[Strategy] | None = None
+    fusion: FusionMethod | None = None
     rerank: bool | None = None
     expand: bool | None = None
     multi_query: bool | None = None

@@ -1,8 +1,10 @@
-"""Stores every table-valued asset as one Parquet file, and the small record-valued ones (the
-candidate version) as JSON, so that any asset can be re-materialized alone."""
+"""Stores every table-valued asset as one Parquet file, and the small record-valued ones (frozen
+dataclasses such as the candidate version) as JSON, so that any asset can be re-materialized alone."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,18 +22,23 @@ class ParquetIOManager(ConfigurableIOManager):
     def _path(self, context: OutputContext | InputContext, suffix: str) -> Path:
         return Path(self.base_dir, *context.asset_key.path).with_suffix(suffix)
 
-    def handle_output(self, context: OutputContext, obj: pd.DataFrame | dict[str, Any]) -> None:
-        if isinstance(obj, dict):
-            path = write_json(obj, self._path(context, ".json"))
+    def handle_output(self, context: OutputContext, obj: pd.DataFrame | Any) -> None:
+        if dataclasses.is_dataclass(obj):
+            record = {"type": f"{type(obj).__module__}:{type(obj).__qualname__}", "fields": dataclasses.asdict(obj)}
+            path = write_json(record, self._path(context, ".json"))
         else:
             path = write_parquet(obj, self._path(context, ".parquet"))
         context.add_output_metadata({"path": str(path), "bytes": path.stat().st_size})
 
-    def load_input(self, context: InputContext) -> pd.DataFrame | dict[str, Any]:
+    def load_input(self, context: InputContext) -> pd.DataFrame | Any:
         for suffix in (".parquet", ".json"):
             path = self._path(context, suffix)
             if path.exists():
-                return pd.read_parquet(path) if suffix == ".parquet" else json.loads(path.read_text())
+                if suffix == ".parquet":
+                    return pd.read_parquet(path)
+                record = json.loads(path.read_text())
+                module, name = record["type"].split(":")
+                return getattr(importlib.import_module(module), name)(**record["fields"])
         raise FileNotFoundError(
             f"{self._path(context, '.parquet')} does not exist: materialize {context.asset_key.to_user_string()} first"
         )

@@ -176,6 +176,8 @@ class IndexBuildResource(ConfigurableResource):
     vocabulary_max_terms: int = VocabularySettings().max_terms
     # Metadata fields whose values become domain nodes (EDAM "topics", also "operations").
     graph_domain_fields: list[str] = list(PipelineSettings().graph_domain_fields)
+    # Texts encoded between two durable embedding-cache writes: bounds memory and lost work.
+    embedding_block_rows: int = PipelineSettings().embedding_block_rows
 
     def vocabulary(self) -> VocabularySettings:
         return VocabularySettings(min_doc_freq=self.vocabulary_min_doc_freq, max_terms=self.vocabulary_max_terms)

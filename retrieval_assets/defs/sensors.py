@@ -13,6 +13,7 @@ from dagster import (
     sensor,
 )
 
+from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
 from retrieval_assets.defs.jobs import evaluation_job
 from retrieval_assets.defs.partitions import catalog_sources
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource
@@ -34,7 +35,7 @@ def candidate_evaluation_sensor(
         return SkipReason(f"candidate {version_id} is not sealed (its backends disagree): nothing to evaluate")
     if storage.versions().version(str(version_id)).evaluation() is not None:
         return SkipReason(f"candidate {version_id} was evaluated already (an unchanged catalog rebuilds nothing)")
-    return RunRequest(run_key=f"evaluate-{version_id}-{asset_event.run_id}", tags={"index_version": str(version_id)})
+    return RunRequest(run_key=f"evaluate-{version_id}-{asset_event.run_id}", tags={EVALUATED_VERSION_TAG: str(version_id)})
 
 
 @sensor(

@@ -1,11 +1,11 @@
-"""Build any BEIR directory in a scratch location and evaluate each retrieval configuration.
+"""Retrieval configurations the evaluation measures, and the pure helpers of the bench commands.
 
-It uses exactly the pipeline steps the Dagster assets use, so its figures describe the product.
+The bench commands themselves (``retrieval_assets/bench.py``) build and evaluate through the
+product's asset graph; nothing here builds an index.
 """
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import resource
@@ -16,16 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from retrieval_assets.core.embed.base import ProgressFactory
-from retrieval_assets.core.ingest.catalog import CatalogSource, GoldSet, catalog_file, load_gold
+from retrieval_assets.core.embed.base import DenseEncoder, ProgressFactory
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.evaluation.metrics import EvaluationReport, evaluate, latency_percentiles
-from retrieval_assets.core.retrieval.rerank.base import Reranker
+from retrieval_assets.core.ingest.catalog import GoldSet
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.retrieval.searcher import open_retriever
-from retrieval_assets.core.settings import PipelineSettings
-from retrieval_assets.core.index.versions import IndexVersions
 
 # Configuration name -> search request options. "hybrid" is exactly what the query resource does
 # by default (BM25 + dense, min-max fusion, no rerank); the others each change one thing.
@@ -73,52 +68,6 @@ def query_encoding_p95_ms(encoder: DenseEncoder, queries: Mapping[str, str]) -> 
     return latency_percentiles(latencies)["p95_ms"]
 
 
-def run_benchmark(
-    dataset: Path,
-    workdir: Path,
-    dense_encoder: DenseEncoder,
-    sparse_encoder: SparseEncoder,
-    settings: PipelineSettings,
-    reranker: Reranker | None = None,
-    progress: ProgressFactory = lambda _: None,
-) -> dict[str, Any]:
-    source = CatalogSource(format="beir", path=str(dataset))
-    gold = load_gold(dataset)
-
-    started = time.perf_counter()
-    build = build_candidate(
-        source, IndexVersions(workdir / "indexes"), workdir / "cache", dense_encoder, sparse_encoder, settings, progress
-    )
-    build_seconds = time.perf_counter() - started
-    layout = build.version.layout
-    # The build's garbage would otherwise be traversed by collections during the timed queries.
-    gc.collect()
-    gc.freeze()
-
-    retriever = open_retriever(
-        layout,
-        dense_encoder=dense_encoder,
-        sparse_encoder=sparse_encoder,
-        settings=settings.retrieval,
-        reranker=reranker,
-    )
-    try:
-        encode_p95 = query_encoding_p95_ms(dense_encoder, gold.queries)
-        configurations = {name: options for name, options in CONFIGURATIONS.items() if reranker or not options.get("rerank")}
-        reports = evaluate_configurations(retriever, gold, configurations, progress=progress)
-    finally:
-        retriever.close()
-    return {
-        "dataset": dataset.name,
-        "docs": build.documents,
-        "queries": len(gold.queries),
-        "build_seconds": round(build_seconds, 2),
-        "encode_query_p95_ms": round(encode_p95, 2),
-        "runs": {name: summarize(report) for name, report in reports.items()},
-        "default": DEFAULT_CONFIGURATION,
-    }
-
-
 def summarize(report: EvaluationReport) -> dict[str, float]:
     m = report.metrics
     return {
@@ -137,27 +86,31 @@ def ndcg_histogram(report: EvaluationReport, bins: int = 5) -> list[tuple[str, i
 
 
 # Fields of a catalog record that hold its main text, by catalog format.
-_TEXT_FIELD = {"beir": "text", "tool_catalog": "description"}
+TEXT_FIELD = {"beir": "text", "tool_catalog": "description"}
 
 
-def change_documents(corpus: Path, target: Path, text_field: str, fraction: float) -> int:
+def change_documents(corpus: Path, target: Path, text_field: str, fraction: float, round_: int = 0) -> int:
     """Copy ``corpus`` (JSONL, optionally gzipped) to ``target`` with the text of ``fraction`` of
-    its records changed; the records are picked by a hash of their line, so the pick is stable
-    and spread over the file. Returns how many records changed."""
+    its records changed; the records are picked by a hash of their line and ``round_``, so the
+    pick is stable, spread over the file, and differs from round to round. ``target`` may be
+    ``corpus``. Returns how many records changed."""
     threshold = int(fraction * 2**32)
     changed = 0
-    with _open_text(corpus) as lines, target.open("w", encoding="utf-8") as out:
+    written = target.with_name(target.name + ".tmp")
+    with _open_text(corpus) as lines, written.open("w", encoding="utf-8") as out:
         for line in lines:
-            if int(content_hash(line)[:8], 16) < threshold:
+            if int(content_hash(str(round_), line)[:8], 16) < threshold:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     record = None
                 if isinstance(record, dict):
-                    record[text_field] = f"{record.get(text_field) or ''} Revised for the incremental benchmark."
+                    revision = f"Revised for the incremental benchmark (round {round_})."
+                    record[text_field] = f"{record.get(text_field) or ''} {revision}"
                     line = json.dumps(record) + "\n"
                     changed += 1
             out.write(line)
+    written.replace(target)
     return changed
 
 
@@ -167,56 +120,6 @@ def _open_text(path: Path) -> Any:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def run_incremental_benchmark(
-    dataset: Path,
-    catalog_format: str,
-    workdir: Path,
-    dense_encoder: DenseEncoder,
-    sparse_encoder: SparseEncoder,
-    settings: PipelineSettings,
-    changed_fraction: float = 0.01,
-    progress: ProgressFactory = lambda _: None,
-) -> dict[str, Any]:
-    """A full build, a re-run with no change, and a re-run with ``changed_fraction`` of the
-    documents changed, each timed from reading the catalog to a sealed version."""
-    corpus = catalog_file(dataset, catalog_format)
-    catalog_dir = workdir / "catalog"
-    catalog_dir.mkdir(parents=True, exist_ok=True)
-    # The working copy keeps the layout the format expects: a BEIR directory or a JSONL file.
-    working = catalog_dir / ("corpus.jsonl" if catalog_format == "beir" else "catalog.jsonl")
-    change_documents(corpus, working, _TEXT_FIELD[catalog_format], fraction=0.0)
-    source = CatalogSource(format=catalog_format, path=str(catalog_dir if catalog_format == "beir" else working))
-    versions, cache = IndexVersions(workdir / "indexes"), workdir / "cache"
-
-    def timed_build() -> tuple[float, Any]:
-        started = time.perf_counter()
-        result = build_candidate(source, versions, cache, dense_encoder, sparse_encoder, settings, progress)
-        return time.perf_counter() - started, result
-
-    full_seconds, full = timed_build()
-    full_peak_rss_mb = peak_rss_mb()
-    noop_seconds, noop = timed_build()
-    changed = change_documents(corpus, working, _TEXT_FIELD[catalog_format], changed_fraction)
-    one_percent_seconds, one_percent = timed_build()
-    return {
-        "dataset": dataset.name,
-        "documents": full.documents,
-        "chunks": full.chunks,
-        "changed_documents": changed,
-        "full_stages": full.seconds,
-        "one_percent_stages": one_percent.seconds,
-        "noop_reused_version": noop.reused,
-        "noop_ratio": round(noop_seconds / full_seconds, 4),
-        "one_percent_ratio": round(one_percent_seconds / full_seconds, 4),
-        "full_seconds": round(full_seconds, 2),
-        "noop_seconds": round(noop_seconds, 2),
-        "one_percent_seconds": round(one_percent_seconds, 2),
-        "peak_rss_mb": round(full_peak_rss_mb, 1),
-        "reembedded_chunks_noop": noop.reembedded_chunks(),
-        "reembedded_chunks_one_percent": one_percent.reembedded_chunks(),
-    }
 
 
 # One configuration per backend (FAISS, qdrant-edge SPLADE, tantivy BM25) and the default fusion.

@@ -32,6 +32,18 @@ HISTORY = "history.jsonl"
 DEFAULT_KEEP = 3
 
 
+@dataclass(frozen=True)
+class CandidateRecord:
+    """The version a build writes, as ``index_candidate`` hands it to the index assets and
+    ``index_version`` (with ``sealed``) hands it to the evaluation."""
+
+    version: str
+    fingerprint: str
+    # A complete version with this fingerprint existed (nothing changed): nothing is rebuilt.
+    reused: bool
+    sealed: bool = False
+
+
 class VersionError(RuntimeError):
     """A version that does not exist, is not complete, or cannot be rolled back to."""
 

@@ -13,9 +13,10 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
 from retrieval_assets.core.index.build import write_vocabulary
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
-from retrieval_assets.core.embed.cache import CacheStats
+from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache
 from retrieval_assets.core.io.tables import frame_to_chunks
-from retrieval_assets.core.index.vocabulary import build_vocabulary
+from retrieval_assets.core.index.vocabulary import build_vocabulary, term_key
+from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
 from retrieval_assets.defs.partitions import shard_of, source_shards
 from retrieval_assets.defs.resources import (
@@ -29,8 +30,9 @@ from retrieval_assets.defs.resources import (
 GROUP = "embeddings"
 
 
-def _cache_metadata(stats: CacheStats, seconds: float) -> dict[str, Any]:
+def _cache_metadata(stats: CacheStats, seconds: float, cache: EmbeddingCache) -> dict[str, Any]:
     return {
+        "cache_segments": len(cache.segments()),
         "encoded": stats.encoded,
         "reused_from_cache": stats.reused,
         "seconds": seconds,
@@ -40,28 +42,43 @@ def _cache_metadata(stats: CacheStats, seconds: float) -> dict[str, Any]:
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
 def dense_embeddings(
-    context: AssetExecutionContext, models: ModelResource, storage: IndexStorageResource, chunks: pd.DataFrame
+    context: AssetExecutionContext,
+    models: ModelResource,
+    storage: IndexStorageResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
 ) -> MaterializeResult[pd.DataFrame]:
     """One L2-normalised vector per chunk from the configured dense encoder (GPU when present)."""
     encoder = models.dense_encoder()
     cache = embedding_cache(storage.cache_dir, "dense", encoder)
     with stopwatch() as timer:
-        frame, stats = embed_dense(frame_to_chunks(chunks), encoder, cache, log_progress(context, "dense"))
+        frame, stats = embed_dense(
+            frame_to_chunks(chunks), encoder, cache, log_progress(context, "dense"), build.embedding_block_rows
+        )
+        # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
+        cache.compact(list(frame["content_hash"]))
     return MaterializeResult(
         value=frame,
-        metadata={"vectors": len(frame), "model": encoder.model_name, "dim": encoder.dim, **_cache_metadata(stats, timer["seconds"])},
+        metadata={"vectors": len(frame), "model": encoder.model_name, "dim": encoder.dim, **_cache_metadata(stats, timer["seconds"], cache)},
     )
 
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager")
 def sparse_embeddings(
-    context: AssetExecutionContext, models: ModelResource, storage: IndexStorageResource, chunks: pd.DataFrame
+    context: AssetExecutionContext,
+    models: ModelResource,
+    storage: IndexStorageResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
 ) -> MaterializeResult[pd.DataFrame]:
     """SPLADE term weights per chunk, for learned-sparse retrieval."""
     encoder = models.sparse_encoder()
     cache = embedding_cache(storage.cache_dir, "sparse", encoder)
     with stopwatch() as timer:
-        frame, stats = embed_sparse(frame_to_chunks(chunks), encoder, cache, log_progress(context, "sparse"))
+        frame, stats = embed_sparse(
+            frame_to_chunks(chunks), encoder, cache, log_progress(context, "sparse"), build.embedding_block_rows
+        )
+        cache.compact(list(frame["content_hash"]))
     nonzeros = frame["indices"].map(len) if len(frame) else pd.Series([0])
     return MaterializeResult(
         value=frame,
@@ -71,7 +88,7 @@ def sparse_embeddings(
             "vocab_size": encoder.vocab_size,
             "mean_nonzero_terms": round(float(nonzeros.mean()), 1),
             "p95_nonzero_terms": float(np.percentile(nonzeros, 95)),
-            **_cache_metadata(stats, timer["seconds"]),
+            **_cache_metadata(stats, timer["seconds"], cache),
         },
     )
 
@@ -123,33 +140,31 @@ def vocabulary(
     storage: IndexStorageResource,
     build: IndexBuildResource,
     chunks: pd.DataFrame,
-    index_candidate: dict[str, Any],
+    index_candidate: CandidateRecord,
 ) -> MaterializeResult[pd.DataFrame]:
     """Terms from names, descriptions and keywords with their embeddings, for query expansion.
 
     Written into the candidate version too, where the query resource reads it without Dagster."""
     encoder = models.dense_encoder()
-    layout = storage.versions().version(index_candidate["version"]).layout
+    layout = storage.versions().version(index_candidate.version).layout
     with stopwatch() as timer:
-        if index_candidate["reused"]:
+        if index_candidate.reused:
             frame, stats = pd.read_parquet(layout.vocabulary), None
         else:
+            terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)
             frame, stats = build_vocabulary(
-                frame_to_chunks(chunks),
-                encoder,
-                build.vocabulary(),
-                embedding_cache(storage.cache_dir, "terms", encoder),
-                log_progress(context, "vocabulary"),
+                frame_to_chunks(chunks), encoder, build.vocabulary(), terms_cache, log_progress(context, "vocabulary")
             )
             write_vocabulary(frame, layout)
+            terms_cache.compact(list(map(term_key, frame["term"])))
     sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
     return MaterializeResult(
         value=frame,
         metadata={
             "terms": len(frame),
             "model": encoder.model_name,
-            "version": index_candidate["version"],
-            "reused_version": index_candidate["reused"],
+            "version": index_candidate.version,
+            "reused_version": index_candidate.reused,
             "terms_encoded": stats.encoded if stats else 0,
             "terms_by_source": MetadataValue.json(sources),
             "path": str(layout.vocabulary),

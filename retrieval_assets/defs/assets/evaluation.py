@@ -14,6 +14,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
+    Config,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -28,7 +29,7 @@ from retrieval_assets.core.evaluation.benchmark import (
 )
 from retrieval_assets.core.evaluation.gate import GateDecision, decide
 from retrieval_assets.core.index.servers import switch_serving
-from retrieval_assets.core.index.versions import IndexVersions, VersionError
+from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.defs.assets.index import NIGHTLY_FRESHNESS
 from retrieval_assets.defs.metadata import log_progress, stopwatch
 from retrieval_assets.defs.resources import (
@@ -39,6 +40,13 @@ from retrieval_assets.defs.resources import (
 )
 
 GROUP = "evaluation"
+# The run tag naming the version an evaluation run judges (set by the candidate sensor); without
+# it, the last sealed candidate the IO manager holds.
+EVALUATED_VERSION_TAG = "index_version"
+
+
+def evaluated_version(context: AssetExecutionContext, versions: IndexVersions, record: CandidateRecord) -> IndexVersion:
+    return versions.version(context.run.tags.get(EVALUATED_VERSION_TAG) or record.version)
 
 
 def _markdown(frame: pd.DataFrame) -> MetadataValue:
@@ -51,6 +59,19 @@ def _gate_table(decision: GateDecision) -> MetadataValue:
 
 def _history_table(versions: IndexVersions) -> MetadataValue:
     return _markdown(pd.DataFrame(versions.quality_history()))
+
+
+class EvaluationConfig(Config):
+    # Configurations measured besides the default one (which the gate judges); all by default.
+    configurations: list[str] = list(CONFIGURATIONS)
+
+
+def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previous: object) -> str:
+    if promoted is None:
+        return "(nothing promoted yet)"
+    if promoted.id == candidate.id:
+        return f"(none: {candidate.id} is the promoted version itself)"
+    return promoted.id if previous else f"(promoted {promoted.id} has no evaluation)"
 
 
 @asset(
@@ -66,16 +87,17 @@ def _history_table(versions: IndexVersions) -> MetadataValue:
 )
 def retrieval_evaluation(
     context: AssetExecutionContext,
+    config: EvaluationConfig,
     catalog: CatalogResource,
     storage: IndexStorageResource,
     search: SearchResource,
     gate: PromotionGateResource,
-    index_version: dict[str, Any],
+    index_version: CandidateRecord,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """recall@k, nDCG@10, MRR@10 and per-query latency of the candidate for every configuration,
     and the promotion gate's verdict against the promoted version."""
     versions = storage.versions()
-    candidate = versions.version(index_version["version"])
+    candidate = evaluated_version(context, versions, index_version)
     if not candidate.sealed:
         raise VersionError(f"candidate {candidate.id} is not sealed: its backends disagree; re-run the index build")
     promoted = versions.promoted()
@@ -89,9 +111,14 @@ def retrieval_evaluation(
         if gold is None:
             context.log.warning("the catalog has no gold queries (set gold_path): the gate decides on checks alone")
         else:
+            unknown = set(config.configurations) - set(CONFIGURATIONS)
+            if unknown:
+                raise ValueError(f"unknown configurations {sorted(unknown)}; known: {sorted(CONFIGURATIONS)}")
+            names = [DEFAULT_CONFIGURATION, *(n for n in config.configurations if n != DEFAULT_CONFIGURATION)]
             reports = evaluate_configurations(
                 search.retriever(candidate.id),
                 gold,
+                {name: CONFIGURATIONS[name] for name in names},
                 progress=lambda label: log_progress(context, label, every_percent=25),
             )
             summary = {name: summarize(report) for name, report in reports.items()}
@@ -123,7 +150,7 @@ def retrieval_evaluation(
         metadata={
             **metadata,
             "gate_passed": decision.passed,
-            "compared_with": promoted.id if previous else "(nothing promoted yet)",
+            "compared_with": _compared_with(promoted, candidate, previous),
             "report_path": str(report_path),
             "seconds": timer["seconds"],
             "quality_history": _history_table(versions),
@@ -143,11 +170,11 @@ def retrieval_evaluation(
 
 @asset(group_name=GROUP, deps=[retrieval_evaluation], freshness_policy=NIGHTLY_FRESHNESS)
 def promoted_index(
-    context: AssetExecutionContext, storage: IndexStorageResource, index_version: dict[str, Any]
+    context: AssetExecutionContext, storage: IndexStorageResource, index_version: CandidateRecord
 ) -> MaterializeResult:
     """The version that serves queries: the candidate, switched in atomically once it passed the gate."""
     versions = storage.versions()
-    candidate = versions.version(index_version["version"])
+    candidate = evaluated_version(context, versions, index_version)
     report = candidate.evaluation() or {}
     if not report.get("gate", {}).get("passed"):
         raise VersionError(f"candidate {candidate.id} has not passed the promotion gate; nothing was promoted")

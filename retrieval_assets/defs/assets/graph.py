@@ -1,7 +1,6 @@
 """cleaned_documents -> knowledge_graph: the tool graph that query-time expansion walks."""
 
 
-from typing import Any
 
 import pandas as pd
 from dagster import (
@@ -16,6 +15,7 @@ from dagster import (
 from retrieval_assets.core.index.build import graph_violations, publish_graph
 from retrieval_assets.core.index.graph import collect_tool_graph, graph_summary
 from retrieval_assets.core.io.tables import frame_to_documents
+from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.defs.assets.index import NIGHTLY_FRESHNESS
 from retrieval_assets.defs.metadata import preview, stopwatch
 from retrieval_assets.defs.resources import IndexBuildResource, IndexStorageResource
@@ -42,16 +42,16 @@ def knowledge_graph(
     build: IndexBuildResource,
     storage: IndexStorageResource,
     cleaned_documents: pd.DataFrame,
-    index_candidate: dict[str, Any],
+    index_candidate: CandidateRecord,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """Tool-tool edges from catalog relations and tool-domain links, for bounded graph expansion,
     written into the candidate version."""
     documents = frame_to_documents(cleaned_documents)
-    path = storage.versions().version(index_candidate["version"]).layout.graph
+    path = storage.versions().version(index_candidate.version).layout.graph
     with stopwatch() as timer:
         graph = collect_tool_graph(documents, domain_fields=build.graph_domain_fields)
         # A reused version is complete (maybe serving): it is read, never written again.
-        reused = index_candidate["reused"]
+        reused = index_candidate.reused
         violations = graph_violations(graph, documents) if reused else publish_graph(graph, documents, path)
     summary = graph_summary(graph.edges, dropped=graph.dropped, documents=graph.documents, top=TOP_DEGREE_ROWS)
     passed = not any(violations.values())

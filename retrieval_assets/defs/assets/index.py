@@ -8,7 +8,7 @@ materialization is what the evaluation sensor waits for.
 
 
 from datetime import timedelta
-from typing import Any
+from dataclasses import replace
 
 import pandas as pd
 from dagster import (
@@ -33,6 +33,7 @@ from retrieval_assets.core.index.build import (
     seal_candidate,
 )
 from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
@@ -108,7 +109,7 @@ def index_candidate(
     search: SearchResource,
     build: IndexBuildResource,
     chunks: pd.DataFrame,
-) -> MaterializeResult[dict[str, Any]]:
+) -> MaterializeResult[CandidateRecord]:
     """The version this build writes, named by its fingerprint: chunks, models and index settings."""
     fingerprint = candidate_fingerprint(
         chunks,
@@ -121,19 +122,25 @@ def index_candidate(
     versions = storage.versions()
     version = versions.candidate(fingerprint)
     promoted = versions.promoted()
-    record = {"version": version.id, "fingerprint": fingerprint, "reused": version.sealed, "path": str(version.path)}
+    record = CandidateRecord(version=version.id, fingerprint=fingerprint, reused=version.sealed)
     context.log.info(
         f"candidate {version.id}: "
         + ("identical to a complete version, reused" if version.sealed else "new, building every index")
     )
     return MaterializeResult(
         value=record,
-        metadata={**record, "promoted_version": promoted.id if promoted else "(none)"},
+        metadata={
+            "version": record.version,
+            "fingerprint": record.fingerprint,
+            "reused": record.reused,
+            "path": str(version.path),
+            "promoted_version": promoted.id if promoted else "(none)",
+        },
     )
 
 
-def _candidate_layout(storage: IndexStorageResource, candidate: dict[str, Any]) -> IndexLayout:
-    return storage.versions().version(candidate["version"]).layout
+def _candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) -> IndexLayout:
+    return storage.versions().version(candidate.version).layout
 
 
 @asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("faiss_index"))
@@ -144,14 +151,14 @@ def faiss_index(
     search: SearchResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
-    index_candidate: dict[str, Any],
+    index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
     path = _candidate_layout(storage, index_candidate).faiss
     with stopwatch() as timer:
         store = (
             FaissDenseStore.open(path)
-            if index_candidate["reused"]
+            if index_candidate.reused
             else build_faiss_index(
                 path, chunks, dense_embeddings, models.dense_model, search.retrieval_settings().context_tokens
             )
@@ -164,7 +171,7 @@ def faiss_index(
         (store.dim, models.dense_encoder().dim),
         path=str(path),
         model=models.dense_model,
-        reused_version=index_candidate["reused"],
+        reused_version=index_candidate.reused,
     )
 
 
@@ -177,14 +184,14 @@ def qdrant_index(
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     sparse_embeddings: pd.DataFrame,
-    index_candidate: dict[str, Any],
+    index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
     path = _candidate_layout(storage, index_candidate).qdrant
     with stopwatch() as timer:
         store = (
             QdrantEdgeStore.open(path)
-            if index_candidate["reused"]
+            if index_candidate.reused
             else build_qdrant_index(
                 path,
                 chunks,
@@ -204,7 +211,7 @@ def qdrant_index(
         path=str(path),
         dense_model=models.dense_model,
         sparse_model=models.sparse_model,
-        reused_version=index_candidate["reused"],
+        reused_version=index_candidate.reused,
     )
 
 
@@ -214,18 +221,18 @@ def lexical_index(
     storage: IndexStorageResource,
     search: SearchResource,
     chunks: pd.DataFrame,
-    index_candidate: dict[str, Any],
+    index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """tantivy BM25 index with filterable payload fields, context tokens and facet values."""
     path = _candidate_layout(storage, index_candidate).lexical
     with stopwatch() as timer:
         store = (
             TantivyLexicalStore.open(path)
-            if index_candidate["reused"]
+            if index_candidate.reused
             else build_lexical_index(path, chunks, search.retrieval_settings().context_tokens)
         )
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
-    return _index_result(store, chunks, timer["seconds"], path=str(path), reused_version=index_candidate["reused"])
+    return _index_result(store, chunks, timer["seconds"], path=str(path), reused_version=index_candidate.reused)
 
 
 @asset(
@@ -240,7 +247,7 @@ def server_indexes(
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     sparse_embeddings: pd.DataFrame,
-    index_candidate: dict[str, Any],
+    index_candidate: CandidateRecord,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """The candidate version as a Qdrant collection and an OpenSearch index, when QDRANT_URL /
     OPENSEARCH_URL are set (writes retried with backoff); nothing otherwise."""
@@ -252,9 +259,9 @@ def server_indexes(
                 AssetCheckResult(check_name="server_counts_match_chunks", passed=True, metadata={"configured": False})
             ],
         )
-    version = index_candidate["version"]
+    version = index_candidate.version
     with stopwatch() as timer:
-        if index_candidate["reused"]:
+        if index_candidate.reused:
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
             field_types, dim, batches = point_batches(
@@ -289,27 +296,27 @@ def server_indexes(
     ],
 )
 def index_version(
-    context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame, index_candidate: dict[str, Any]
+    context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame, index_candidate: CandidateRecord
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """The sealed candidate: complete, consistent across backends, ready to be evaluated."""
     versions = storage.versions()
-    version = versions.version(index_candidate["version"])
+    version = versions.version(index_candidate.version)
     servers = storage.servers()
     held = {**backend_chunk_ids(version), **(servers.chunk_ids(version.id) if servers else {})}
     differences = backend_differences(held, set(chunks["chunk_id"]))
     consistent = not disagreeing_backends(differences)
     if consistent and not version.sealed:
         # The ids just read are the ones checked: the stores are not opened a second time.
-        seal_candidate(versions, version, index_candidate["fingerprint"], chunks, held, run_id=context.run.run_id)
+        seal_candidate(versions, version, index_candidate.fingerprint, chunks, held, run_id=context.run.run_id)
     manifest = version.manifest() if version.sealed else {}
-    record = {**index_candidate, "sealed": version.sealed}
+    record = replace(index_candidate, sealed=version.sealed)
     context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
     return MaterializeResult(
         value=record,
         metadata={
             "version": version.id,
             "sealed": version.sealed,
-            "reused": index_candidate["reused"],
+            "reused": index_candidate.reused,
             "chunks": manifest.get("chunks", len(chunks)),
             "documents": manifest.get("documents", int(chunks["doc_id"].nunique())),
             "path": str(version.path),

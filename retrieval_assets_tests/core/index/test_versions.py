@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core.index.build import build_candidate
-from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.core.evaluation.gate import GateSettings, decide
 from retrieval_assets.core.models import SearchRequest
-from retrieval_assets.core.settings import PipelineSettings
 from retrieval_assets.core.index.versions import IndexVersions, VersionError
 from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
 from retrieval_assets.serving.service import SearchService
@@ -92,24 +90,19 @@ def test_gate_floors_drops_latency_and_missing_gold() -> None:
     assert not decide(None, None, settings.model_copy(update={"promote_without_gold": False})).passed
 
 
-def _catalog(path: Path, records: list[str]) -> CatalogSource:
+def _catalog(path: Path, records: list[str]) -> Path:
     path.write_text("\n".join(records) + "\n")
-    return CatalogSource(format="tool_catalog", path=str(path))
+    return path
 
 
 def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path) -> None:
     storage = IndexStorageResource(home=str(tmp_path))
     models = ModelResource()
-    dense, sparse = models.dense_encoder(), models.sparse_encoder()
     lines = TOOLS.read_text().splitlines()
     versions = storage.versions()
-    old = build_candidate(
-        _catalog(tmp_path / "old.jsonl", lines[:9]), versions, storage.cache_dir, dense, sparse, PipelineSettings()
-    )
-    new = build_candidate(
-        _catalog(tmp_path / "new.jsonl", lines[9:]), versions, storage.cache_dir, dense, sparse, PipelineSettings()
-    )
-    versions.promote(old.version, reason="test")
+    _, old = build_catalog(tmp_path, _catalog(tmp_path / "old.jsonl", lines[:9]))
+    _, new = build_catalog(tmp_path, _catalog(tmp_path / "new.jsonl", lines[9:]))
+    versions.promote(old, reason="test")
     service = SearchService.from_resource(SearchResource(storage=storage, models=models))
     request = SearchRequest(query="sequence alignment and variant calling tools", top_k=5)
 
@@ -117,9 +110,9 @@ def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path)
         return [hit.doc_id for hit in service.run(request).hits]
 
     before = ids()
-    versions.promote(new.version, reason="test")
+    versions.promote(new, reason="test")
     after = ids()
-    versions.promote(old.version, reason="test")
+    versions.promote(old, reason="test")
     assert before != after and set(before).isdisjoint(after)
 
     answers, errors = [], []
@@ -135,7 +128,7 @@ def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path)
     for thread in threads:
         thread.start()
     for n in range(6):
-        versions.promote(new.version if n % 2 == 0 else old.version, reason="switch under load")
+        versions.promote(new if n % 2 == 0 else old, reason="switch under load")
     for thread in threads:
         thread.join()
     service.close()

@@ -16,16 +16,14 @@ import pytest
 from dagster import materialize
 
 from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core import pipeline
-from retrieval_assets.core.index.build import build_candidate
+from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
 from retrieval_assets.core.ingest.catalog import CatalogSource, read_raw_rows
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
-from retrieval_assets.core.settings import PipelineSettings
 from retrieval_assets.core.io.tables import documents_to_frame
-from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
-from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, ModelResource
+from retrieval_assets.defs.resources import CatalogResource, ChunkingResource
 
 GENERATOR = TEST_DATA / "make_hostile_catalog.py"
 GOOD_PADDING = 250  # keeps the quarantine ratio under the blocking 20 % check
@@ -138,13 +136,9 @@ def test_kept_rows_survive_every_build_step(line: str, tmp_path: Path) -> None:
     path = tmp_path / "catalog.jsonl"
     path.write_text(line + "\n")
     source = CatalogSource(format="tool_catalog", path=str(path))
-    cleaned = pipeline.clean_catalog(pipeline.read_raw_catalog(source), source)
+    cleaned = clean_catalog(read_raw_catalog(source), source)
     if cleaned.quarantine:
         return
     documents_to_frame(cleaned.documents).to_parquet(tmp_path / "documents.parquet")
-    models = ModelResource()
-    build = build_candidate(
-        source, IndexVersions(tmp_path / "indexes"), tmp_path / "cache", models.dense_encoder(), models.sparse_encoder(),
-        PipelineSettings(),
-    )
-    assert build.version.sealed and build.chunks >= 1
+    build, version = build_catalog(tmp_path / "home", path)
+    assert version.sealed and build.chunks >= 1

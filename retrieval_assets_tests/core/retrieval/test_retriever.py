@@ -10,13 +10,15 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 
 import pytest
 
 from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core import pipeline
-from retrieval_assets.core.index.build import build_candidate
+from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets.defs.resources import IndexBuildResource
+from retrieval_assets.core.index.build import build_lexical_index
+from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
+from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
 from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
 from retrieval_assets.core.query.control_tags import ControlTagError
@@ -26,13 +28,10 @@ from retrieval_assets.core.retrieval.searcher import open_retriever
 from retrieval_assets.core.settings import (
     ChunkingSettings,
     ModelSettings,
-    PipelineSettings,
     RetrievalSettings,
-    VocabularySettings,
 )
 from retrieval_assets.core.stores.tantivy_store import TAG_SCORE, TantivyLexicalStore
 from retrieval_assets.core.io.tables import chunks_to_frame
-from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.paths import BUNDLED_DATA
 
 TOOLS_WITH_RELATIONS = TEST_DATA / "tools_with_relations.jsonl"
@@ -80,16 +79,14 @@ def reranker():
 
 
 @pytest.fixture(scope="session")
-def tool_layout(tmp_path_factory: pytest.TempPathFactory, encoders) -> pipeline.IndexLayout:
+def tool_layout(tmp_path_factory: pytest.TempPathFactory, encoders) -> IndexLayout:
     root = tmp_path_factory.mktemp("tool_indexes")
     catalog = root / "catalog.jsonl"
     lines = TOOLS_WITH_RELATIONS.read_text().splitlines() + [json.dumps(tool) for tool in IMAGING_TOOLS]
     catalog.write_text("\n".join(lines) + "\n")
-    source = CatalogSource(format="tool_catalog", path=str(catalog))
-    settings = PipelineSettings(vocabulary=VocabularySettings(min_doc_freq=1))
-    build = build_candidate(source, IndexVersions(root / "indexes"), root / "cache", *encoders, settings)
-    assert not build.quarantined and build.version.sealed
-    return build.version.layout
+    build, version = build_catalog(root, catalog, build=IndexBuildResource(vocabulary_min_doc_freq=1))
+    assert not build.quarantined
+    return version.layout
 
 
 @pytest.fixture()
@@ -297,12 +294,12 @@ def test_llm_reformulations_when_an_endpoint_is_configured(tool_layout, encoders
 def acl_retriever(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HybridRetriever]:
     """BM25 only over the bundled ACL sample: NL filters need no model."""
     source = CatalogSource(format="beir", path=str(BUNDLED_DATA / "acl_sample"))
-    cleaned = pipeline.clean_catalog(pipeline.read_raw_catalog(source), source)
-    frame = chunks_to_frame(pipeline.chunk_documents(cleaned.documents, ChunkingSettings()))
+    cleaned = clean_catalog(read_raw_catalog(source), source)
+    frame = chunks_to_frame(chunk_documents(cleaned.documents, ChunkingSettings()))
     path = tmp_path_factory.mktemp("acl") / "tantivy"
-    pipeline.build_lexical_index(path, frame).close()
+    build_lexical_index(path, frame).close()
     lexical = TantivyLexicalStore.open(path)
-    facets = pipeline.read_build_manifest(path)["facets"]
+    facets = read_build_manifest(path)["facets"]
     settings = RetrievalSettings(strategies=("bm25",))
     retriever = HybridRetriever(
         dense_encoder=None,

@@ -1,6 +1,6 @@
-"""Incremental builds on the real encoders: only new or changed text is encoded, removed
-documents leave every backend, and a build killed midway converges on re-run to the index an
-uninterrupted build writes, without touching the promoted version."""
+"""Incremental builds through the build job on the real encoders: only new or changed text is
+encoded, removed documents leave every backend, and a build killed midway converges on re-run to
+the index an uninterrupted build writes, without touching the promoted version."""
 
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ import numpy as np
 import pytest
 
 from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core import pipeline
-from retrieval_assets.core.index.build import backend_chunk_ids, build_candidate
-from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.embed.steps import embedding_cache
+from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.index.build import backend_chunk_ids
+from retrieval_assets.defs.resources import IndexBuildResource, ModelResource
+from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.core.embed.cache import EmbeddingCache, encode_with_cache
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
-from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
 from retrieval_assets.core.models import SparseVector
 from retrieval_assets.core.retrieval.searcher import open_retriever
-from retrieval_assets.core.settings import ModelSettings, PipelineSettings, RetrievalSettings
+from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.core.embed.vectors import dense_values
 from retrieval_assets.core.index.versions import IndexVersions
 
@@ -64,20 +65,33 @@ class CountingSparse(SparseEncoder):
 
 @pytest.fixture(scope="module")
 def encoders() -> tuple[DenseEncoder, SparseEncoder]:
-    settings = ModelSettings()
-    return dense_encoder_for(settings), sparse_encoder_for(settings)
+    models = ModelResource()
+    return models.dense_encoder(), models.sparse_encoder()
+
+
+# The counting encoders of the running test; Dagster re-creates resources per run, so they are
+# reached through this module rather than held by the resource.
+COUNTING: dict[str, DenseEncoder | SparseEncoder] = {}
+
+
+class CountingModels(ModelResource):
+    def dense_encoder(self) -> DenseEncoder:
+        return COUNTING["dense"]
+
+    def sparse_encoder(self) -> SparseEncoder:
+        return COUNTING["sparse"]
 
 
 def _tools() -> list[dict]:
     return [json.loads(line) for line in TOOLS.read_text().splitlines()]
 
 
-def _write(path: Path, records: list[dict]) -> CatalogSource:
+def _write(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
-    return CatalogSource(format="tool_catalog", path=str(path))
+    return path
 
 
-def _answers(layout: pipeline.IndexLayout, encoders) -> dict[str, list[tuple[str, float]]]:
+def _answers(layout: IndexLayout, encoders) -> dict[str, list[tuple[str, float]]]:
     retriever = open_retriever(
         layout, dense_encoder=encoders[0], sparse_encoder=encoders[1], settings=RetrievalSettings()
     )
@@ -89,34 +103,34 @@ def _answers(layout: pipeline.IndexLayout, encoders) -> dict[str, list[tuple[str
 
 def test_rerun_encodes_only_new_or_changed_text(tmp_path: Path, encoders) -> None:
     dense, sparse = CountingDense(encoders[0]), CountingSparse(encoders[1])
-    versions, cache, settings = IndexVersions(tmp_path / "indexes"), tmp_path / "cache", PipelineSettings()
-    tools = _tools()
-    source = _write(tmp_path / "catalog.jsonl", tools)
+    COUNTING.update(dense=dense, sparse=sparse)
+    home, tools = tmp_path / "home", _tools()
+    catalog = _write(tmp_path / "catalog.jsonl", tools)
 
-    first = build_candidate(source, versions, cache, dense, sparse, settings)
-    assert first.encoded["dense"].encoded == first.encoded["sparse"].encoded == first.chunks == len(tools)
+    first, first_version = build_catalog(home, catalog, models=CountingModels())
+    assert first.encoded["dense"] == first.encoded["sparse"] == first.chunks == len(tools)
 
     dense.texts.clear(), sparse.texts.clear()
-    unchanged = build_candidate(source, versions, cache, dense, sparse, settings)
-    assert unchanged.reused and unchanged.version == first.version
+    unchanged, unchanged_version = build_catalog(home, catalog, models=CountingModels())
+    assert unchanged.candidate.reused and unchanged_version == first_version
     assert dense.texts == [] and sparse.texts == []
 
     removed, edited = tools[0]["id"], tools[1]["id"]
     changed = [dict(tool) for tool in tools[1:]]
     changed[0]["description"] += " Now also reads CRAM."
     added = {"id": "newtool", "name": "NewTool", "description": "Assembles long nanopore reads into contigs."}
-    source = _write(tmp_path / "catalog.jsonl", [*changed, added])
+    _write(catalog, [*changed, added])
     dense.texts.clear(), sparse.texts.clear()
-    third = build_candidate(source, versions, cache, dense, sparse, settings)
+    third, third_version = build_catalog(home, catalog, models=CountingModels())
 
-    assert not third.reused and third.version != first.version
-    assert third.reembedded_chunks() == third.encoded["sparse"].encoded == 2
+    assert not third.candidate.reused and third_version != first_version
+    assert third.encoded["dense"] == third.encoded["sparse"] == 2
     encoded = "\n---\n".join(sparse.texts)
     assert len(sparse.texts) == 2 and changed[0]["description"] in encoded and added["description"] in encoded
     # The vocabulary encoded only the terms it had not seen: the few new words of those two texts.
-    assert len(dense.texts) - 2 == third.encoded["vocabulary"].encoded < 20
+    assert len(dense.texts) - 2 == third.encoded["vocabulary"] < 20
     expected = {f"{tool['id']}#0" for tool in [*changed, added]}
-    for backend, ids in backend_chunk_ids(third.version).items():
+    for backend, ids in backend_chunk_ids(third_version).items():
         assert ids == expected, backend
         assert f"{removed}#0" not in ids and f"{edited}#0" in ids
 
@@ -136,20 +150,13 @@ def test_cache_is_keyed_by_encoder_fingerprint(tmp_path: Path) -> None:
     assert len(one.segments()) == 1 and list(one.lookup(["k1", "k2", "k3"])["content_hash"]) == ["k1"]
 
 
-# Builds a catalog in a child process, one encoder batch of 2 texts per durable cache segment.
+# Builds a catalog in a child process through the build job, one encoder block of 2 texts per
+# durable cache segment.
 _CHILD_BUILD = """
 import sys
-from pathlib import Path
-from retrieval_assets.core.index.build import build_candidate
-from retrieval_assets.core.ingest.catalog import CatalogSource
-from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
-from retrieval_assets.core.settings import PipelineSettings
-from retrieval_assets.core.index.versions import IndexVersions
-settings = PipelineSettings(embedding_block_rows=2)
-build_candidate(
-    CatalogSource(format="tool_catalog", path=sys.argv[1]), IndexVersions(sys.argv[2]), Path(sys.argv[3]),
-    dense_encoder_for(settings.models), sparse_encoder_for(settings.models), settings,
-)
+from retrieval_assets.defs.resources import IndexBuildResource
+from retrieval_assets_tests.builds import build_catalog
+build_catalog(sys.argv[2], sys.argv[1], build=IndexBuildResource(embedding_block_rows=2))
 """
 
 
@@ -164,16 +171,17 @@ def _variants(tools: list[dict], copies: int) -> list[dict]:
 
 def test_killed_build_converges_and_never_touches_the_promoted_version(tmp_path: Path, encoders) -> None:
     tools = _tools()
-    root, cache, settings = tmp_path / "indexes", tmp_path / "cache", PipelineSettings(embedding_block_rows=2)
-    versions = IndexVersions(root)
-    served = build_candidate(_write(tmp_path / "catalog.jsonl", tools), versions, cache, *encoders, settings)
-    versions.promote(served.version, reason="test")
-    pointer, answers = (root / "promoted.json").read_bytes(), _answers(served.version.layout, encoders)
+    home = tmp_path / "home"
+    small = IndexBuildResource(embedding_block_rows=2)
+    _, served = build_catalog(home, _write(tmp_path / "catalog.jsonl", tools), build=small)
+    versions = IndexVersions(home / "indexes")
+    versions.promote(served, reason="test")
+    pointer, answers = (home / "indexes" / "promoted.json").read_bytes(), _answers(served.layout, encoders)
 
     catalog = _write(tmp_path / "catalog.jsonl", tools + _variants(tools, 3))
-    dense_segments = pipeline.embedding_cache(cache, "dense", encoders[0])
+    dense_segments = embedding_cache(home / "embedding_cache", "dense", encoders[0])
     before = len(dense_segments.segments())
-    child = subprocess.Popen([sys.executable, "-c", _CHILD_BUILD, catalog.path, str(root), str(cache)])
+    child = subprocess.Popen([sys.executable, "-c", _CHILD_BUILD, str(catalog), str(home)])
     deadline = time.monotonic() + 180
     while len(dense_segments.segments()) < before + 2 and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -182,17 +190,17 @@ def test_killed_build_converges_and_never_touches_the_promoted_version(tmp_path:
 
     # Midway: some vectors are durable, no new version is complete, serving never moved.
     assert len(dense_segments.segments()) > before
-    assert [v.id for v in versions.sealed()] == [served.version.id]
-    assert (root / "promoted.json").read_bytes() == pointer
+    assert [v.id for v in versions.sealed()] == [served.id]
+    assert (home / "indexes" / "promoted.json").read_bytes() == pointer
     assert _answers(versions.promoted().layout, encoders) == answers
 
-    resumed = build_candidate(catalog, versions, cache, *encoders, settings)
-    assert resumed.version.sealed and 0 < resumed.reembedded_chunks() < len(_variants(tools, 3))
-    reference = build_candidate(catalog, IndexVersions(tmp_path / "reference"), tmp_path / "ref_cache", *encoders, settings)
-    assert resumed.version.id == reference.version.id
-    assert backend_chunk_ids(resumed.version) == backend_chunk_ids(reference.version)
-    assert _answers(resumed.version.layout, encoders) == _answers(reference.version.layout, encoders)
-    assert (root / "promoted.json").read_bytes() == pointer
+    resumed, resumed_version = build_catalog(home, catalog, build=small)
+    assert 0 < resumed.encoded["dense"] < len(_variants(tools, 3))
+    _, reference = build_catalog(tmp_path / "reference", catalog, build=small)
+    assert resumed_version.id == reference.id
+    assert backend_chunk_ids(resumed_version) == backend_chunk_ids(reference)
+    assert _answers(resumed_version.layout, encoders) == _answers(reference.layout, encoders)
+    assert (home / "indexes" / "promoted.json").read_bytes() == pointer
 
 
 def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Path, capsys) -> None:
@@ -206,7 +214,8 @@ def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Pa
     assert 0 < figures["changed_documents"] <= figures["reembedded_chunks_one_percent"] < figures["chunks"]
     assert figures["noop_seconds"] < figures["full_seconds"]
 
-    assert main(["bench-latency", "--index-root", str(tmp_path / "indexes")]) == 0
+    assert all(run["cache_segments"] for run in figures["changed_runs"])
+    assert main(["bench-latency", "--index-root", str(tmp_path / "home" / "indexes")]) == 0
     latency = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(latency["runs"]) == {"bm25", "dense", "splade", "hybrid"} and latency["chunks"] == figures["chunks"]
     assert all(0 < run["p50_ms"] <= run["p95_ms"] for run in latency["runs"].values())

@@ -1,0 +1,133 @@
+"""``retrieval-assets bench`` and ``bench-incremental``: the product's own jobs on a scratch home.
+
+Both run the asset graph in process (``runs.py``) exactly as a nightly run does, so their figures
+describe what users run: the bench builds a BEIR directory and evaluates every configuration
+through the evaluation asset; the incremental bench times a full build, a no-change re-run and
+successive partly-changed re-runs, and reports the embedding cache's segments after each.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterInstance
+
+from retrieval_assets.core.evaluation.benchmark import (
+    CONFIGURATIONS,
+    TEXT_FIELD,
+    change_documents,
+    peak_rss_mb,
+    query_encoding_p95_ms,
+)
+from retrieval_assets.core.ingest.catalog import catalog_file, load_gold
+from retrieval_assets.defs.resources import CatalogResource
+from retrieval_assets.runs import BuildOutcome, build_index, deployment_resources, evaluate_version
+
+
+class BenchmarkError(RuntimeError):
+    """A build or evaluation run of the bench failed; its run log says why."""
+
+
+def _built(outcome: BuildOutcome) -> BuildOutcome:
+    if not outcome.success or outcome.candidate is None or not outcome.candidate.sealed:
+        raise BenchmarkError(f"the build run {outcome.run.run_id} did not seal a candidate; see its log above")
+    return outcome
+
+
+def run_benchmark(dataset: Path, workdir: Path, rerank: bool = True) -> dict[str, Any]:
+    """Build ``dataset`` (BEIR) under ``workdir`` and evaluate every configuration."""
+    gold = load_gold(dataset)
+    resources = deployment_resources(workdir, CatalogResource(format="beir", path=str(dataset)))
+    instance = DagsterInstance.ephemeral()
+    started = time.perf_counter()
+    build = _built(build_index(resources, instance))
+    build_seconds = time.perf_counter() - started
+    # The build's garbage would otherwise be traversed by collections during the timed queries.
+    gc.collect()
+    gc.freeze()
+    encode_p95 = query_encoding_p95_ms(resources["models"].dense_encoder(), gold.queries)
+    configurations = [name for name, options in CONFIGURATIONS.items() if rerank or not options.get("rerank")]
+    evaluation = evaluate_version(resources, build.candidate.version, instance, configurations)
+    report = resources["storage"].versions().version(build.candidate.version).evaluation()
+    if report is None:
+        raise BenchmarkError(f"the evaluation run {evaluation.run_id} wrote no report; see its log above")
+    return {
+        "dataset": dataset.name,
+        "docs": build.documents,
+        "queries": len(gold.queries),
+        "build_seconds": round(build_seconds, 2),
+        "encode_query_p95_ms": round(encode_p95, 2),
+        "runs": report["runs"],
+        "default": report["default"],
+    }
+
+
+def cache_segments(home: Path) -> dict[str, int]:
+    """Segments per embedding cache (dense, sparse, terms) under ``home``."""
+    root = home / "embedding_cache"
+    return {kind.name: len(list(kind.glob("*/segment-*.parquet"))) for kind in sorted(root.iterdir()) if kind.is_dir()}
+
+
+def run_incremental_benchmark(
+    dataset: Path, catalog_format: str, workdir: Path, changed_fraction: float = 0.01, changed_runs: int = 1
+) -> dict[str, Any]:
+    """A full build, a re-run with no change, then ``changed_runs`` re-runs each changing another
+    ``changed_fraction`` of the documents; each timed from reading the catalog to a sealed version."""
+    corpus = catalog_file(dataset, catalog_format)
+    catalog_dir = workdir / "catalog"
+    catalog_dir.mkdir(parents=True, exist_ok=True)
+    # The working copy keeps the layout the format expects: a BEIR directory or a JSONL file.
+    working = catalog_dir / ("corpus.jsonl" if catalog_format == "beir" else "catalog.jsonl")
+    change_documents(corpus, working, TEXT_FIELD[catalog_format], fraction=0.0)
+    catalog = CatalogResource(format=catalog_format, path=str(catalog_dir if catalog_format == "beir" else working))
+    home = workdir / "home"
+    resources = deployment_resources(home, catalog)
+    instance = DagsterInstance.ephemeral()
+    # Models are loaded once beforehand, as a long-lived process holds them.
+    resources["models"].dense_encoder(), resources["models"].sparse_encoder()
+
+    def timed_build() -> tuple[float, BuildOutcome]:
+        started = time.perf_counter()
+        outcome = _built(build_index(resources, instance))
+        return time.perf_counter() - started, outcome
+
+    full_seconds, full = timed_build()
+    full_peak_rss_mb = peak_rss_mb()
+    noop_seconds, noop = timed_build()
+    reruns = []
+    for round_ in range(1, changed_runs + 1):
+        changed = change_documents(working, working, TEXT_FIELD[catalog_format], changed_fraction, round_)
+        seconds, outcome = timed_build()
+        reruns.append(
+            {
+                "changed_documents": changed,
+                "seconds": round(seconds, 2),
+                "ratio": round(seconds / full_seconds, 4),
+                "reembedded_chunks": outcome.encoded["dense"],
+                "stages": outcome.step_seconds,
+                "cache_segments": cache_segments(home),
+            }
+        )
+    first = reruns[0] if reruns else {}
+    return {
+        "dataset": dataset.name,
+        "documents": full.documents,
+        "chunks": full.chunks,
+        "changed_documents": first.get("changed_documents", 0),
+        "full_stages": full.step_seconds,
+        "one_percent_stages": first.get("stages", {}),
+        "noop_reused_version": noop.candidate.reused,
+        "noop_ratio": round(noop_seconds / full_seconds, 4),
+        "one_percent_ratio": first.get("ratio"),
+        "full_seconds": round(full_seconds, 2),
+        "noop_seconds": round(noop_seconds, 2),
+        "one_percent_seconds": first.get("seconds"),
+        "peak_rss_mb": round(full_peak_rss_mb, 1),
+        "reembedded_chunks_noop": noop.encoded["dense"],
+        "reembedded_chunks_one_percent": first.get("reembedded_chunks", 0),
+        "changed_runs": reruns,
+        "cache_segments": cache_segments(home),
+    }

@@ -1,0 +1,141 @@
+"""The product's jobs, run in this process on a Dagster instance.
+
+``retrieval-assets run``, the bench commands and the tests build and evaluate through these: the
+same asset graph (``retrieval_assets.defs``) that scheduled and UI-launched runs materialize, so
+no step of a build exists anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dagster import AssetKey, AssetSelection, DagsterEventType, DagsterInstance, ExecuteInProcessResult, materialize
+
+from retrieval_assets.core.index.versions import CandidateRecord
+from retrieval_assets.definitions import ASSETS
+from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
+from retrieval_assets.defs.io_manager import ParquetIOManager
+from retrieval_assets.defs.jobs import BUILD, EVALUATION
+from retrieval_assets.defs.resources import (
+    CatalogResource,
+    IndexStorageResource,
+    ModelResource,
+    SearchResource,
+    code_location_resources,
+)
+
+
+def deployment_resources(
+    home: str | Path, catalog: CatalogResource, models: ModelResource | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """The code location's resources with artifacts and indexes under ``home`` and this catalog."""
+    storage = IndexStorageResource(home=str(home))
+    models = models or ModelResource()
+    return {
+        **code_location_resources(),
+        "catalog": catalog,
+        "models": models,
+        "storage": storage,
+        "search": SearchResource(storage=storage, models=models),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
+        **overrides,
+    }
+
+
+def run_selection(
+    selection: AssetSelection,
+    resources: Mapping[str, Any],
+    instance: DagsterInstance | None = None,
+    tags: Mapping[str, str] | None = None,
+    run_config: Mapping[str, Any] | None = None,
+) -> ExecuteInProcessResult:
+    return materialize(
+        ASSETS,
+        selection=selection,
+        resources=dict(resources),
+        instance=instance or DagsterInstance.ephemeral(),
+        tags=dict(tags or {}),
+        run_config=dict(run_config or {}),
+        raise_on_error=False,
+    )
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What one run of the build selection did, read from its own events."""
+
+    run: ExecuteInProcessResult
+    candidate: CandidateRecord | None  # None when the run failed before sealing
+    documents: int
+    quarantined: int
+    chunks: int
+    # Texts sent to each encoder: "dense", "sparse" and "vocabulary" terms.
+    encoded: dict[str, int]
+    # Wall seconds of each step (asset) of the run.
+    step_seconds: dict[str, float]
+
+    @property
+    def success(self) -> bool:
+        return self.run.success
+
+
+def materialized(run: ExecuteInProcessResult, asset: str) -> dict[str, Any]:
+    """The metadata values of ``asset``'s materialization in ``run`` ({} when it did not materialize)."""
+    for event in run.get_asset_materialization_events():
+        if event.asset_key == AssetKey(asset):
+            return {key: value.value for key, value in event.materialization.metadata.items()}
+    return {}
+
+
+def step_seconds(run: ExecuteInProcessResult, instance: DagsterInstance) -> dict[str, float]:
+    started: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
+        if entry.dagster_event.event_type == DagsterEventType.STEP_START:
+            started[entry.step_key] = entry.timestamp
+        elif entry.step_key in started:
+            seconds[entry.step_key] = round(entry.timestamp - started[entry.step_key], 3)
+    return seconds
+
+
+def build_index(resources: Mapping[str, Any], instance: DagsterInstance | None = None) -> BuildOutcome:
+    """``index_build_job``'s selection: ingest, clean, chunk, embed what changed, write and seal a candidate."""
+    instance = instance or DagsterInstance.ephemeral()
+    run = run_selection(BUILD, resources, instance)
+    sealed = materialized(run, "index_version")
+    cleaned, chunks = materialized(run, "cleaned_documents"), materialized(run, "chunks")
+    return BuildOutcome(
+        run=run,
+        candidate=run.output_for_node("index_version") if sealed else None,
+        documents=int(cleaned.get("documents", 0)),
+        quarantined=int(cleaned.get("quarantined", 0)),
+        chunks=int(chunks.get("chunks", 0)),
+        encoded={
+            "dense": int(materialized(run, "dense_embeddings").get("encoded", 0)),
+            "sparse": int(materialized(run, "sparse_embeddings").get("encoded", 0)),
+            "vocabulary": int(materialized(run, "vocabulary").get("terms_encoded", 0)),
+        },
+        step_seconds=step_seconds(run, instance),
+    )
+
+
+def evaluate_version(
+    resources: Mapping[str, Any],
+    version: str,
+    instance: DagsterInstance | None = None,
+    configurations: list[str] | None = None,
+) -> ExecuteInProcessResult:
+    """``evaluation_job``'s selection for ``version``, tagged as the candidate sensor tags it:
+    evaluation (of ``configurations``, or all), the blocking promotion gate, and promotion when
+    it passes."""
+    config = {} if configurations is None else {"configurations": configurations}
+    return run_selection(
+        EVALUATION,
+        resources,
+        instance,
+        tags={EVALUATED_VERSION_TAG: version},
+        run_config={"ops": {"retrieval_evaluation": {"config": config}}},
+    )
