@@ -27,6 +27,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/retrieval-assets run
 
 test: install
+	$(BIN)/dg check defs
 	$(BIN)/pytest -q
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
