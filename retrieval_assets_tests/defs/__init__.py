@@ -1,0 +1,1 @@
+"""The Dagster layer through its own runs: builds, evaluation, promotion, sensors, secrets."""

@@ -1,0 +1,1 @@
+"""Query parsing: control tags, natural-language filters, context (format) tokens."""

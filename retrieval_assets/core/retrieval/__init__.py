@@ -1,0 +1,1 @@
+"""Retrieval: the hybrid query pipeline, fusion, expansion, multi-query, rerank; opening versions for search."""

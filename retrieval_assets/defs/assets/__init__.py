@@ -1,0 +1,1 @@
+"""Assets and their checks, one module per pipeline stage."""

@@ -1,0 +1,1 @@
+"""Fusion and evaluation metrics."""

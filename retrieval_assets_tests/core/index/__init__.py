@@ -1,0 +1,1 @@
+"""Index versions, the tool graph, server indexes."""

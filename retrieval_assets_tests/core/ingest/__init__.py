@@ -1,0 +1,1 @@
+"""Catalog loading, cleaning, quarantine and chunking."""

@@ -1,0 +1,1 @@
+"""The query pipeline, rerank and tenant isolation."""

@@ -1,0 +1,1 @@
+"""Every store adapter, the backend contract and the servers' request bodies."""

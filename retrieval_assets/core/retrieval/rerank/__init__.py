@@ -1,0 +1,1 @@
+"""Rerank: the cross-encoder port and its adapters."""
