@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from retrieval_assets.core.models import RetrievalResult, SearchRequest
+from retrieval_assets.core.models import FusionMethod, RetrievalResult, SearchRequest, Strategy
 
 
 def _tqdm_progress(label: str):
@@ -245,10 +245,18 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """The HTTP API (retrieval_assets.serving) over the current indexes, with uvicorn."""
-    from retrieval_assets.serving.server import serve
+    """The HTTP API (retrieval_assets.serving) over the code location's search resource, with
+    uvicorn in one process: the embedded Qdrant shard allows one open handle per process, and
+    requests share the retriever's threads."""
+    import uvicorn
 
-    serve(args.host, args.port, access_log=args.access_log)
+    from retrieval_assets.definitions import configured_search, defs
+    from retrieval_assets.serving import create_app
+
+    catalog = defs.resources["catalog"]
+    with configured_search() as search:
+        app = create_app(search.searcher, catalog_format=catalog.format, default_tenant=catalog.tenant_id)
+        uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
     return 0
 
 
@@ -293,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--top-k", type=int, default=10)
     search.add_argument("--filters", help='JSON, e.g. \'{"tenant_id": "acme", "year": {"gte": 2019}}\'')
     search.add_argument("--tenant", help="only this tenant's documents")
-    search.add_argument("--strategies", help="comma-separated subset of bm25,splade,dense")
-    search.add_argument("--fusion", choices=["rrf", "minmax", "zscore", "similarity_rrf"])
+    search.add_argument("--strategies", help=f"comma-separated subset of {','.join(Strategy)}")
+    search.add_argument("--fusion", type=FusionMethod, choices=list(FusionMethod))
     search.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="cross-encoder rerank")
     search.add_argument("--expand", action=argparse.BooleanOptionalAction, default=None, help="vocabulary expansion")
     search.add_argument("--multi-query", action=argparse.BooleanOptionalAction, default=None,

@@ -13,11 +13,9 @@ from pydantic import BaseModel, Field
 
 from retrieval_assets.core.embed.cache import DEFAULT_BLOCK_ROWS
 from retrieval_assets.core.index.graph import DEFAULT_DOMAIN_FIELDS
+from retrieval_assets.core.models import FusionMethod, Strategy
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.query.nl_filters import NLFilterSettings
-from retrieval_assets.core.retrieval.fusion import FusionMethod
-
-Strategy = Literal["bm25", "splade", "dense"]
 
 
 class ModelSettings(BaseModel):
@@ -40,7 +38,7 @@ class VocabularySettings(BaseModel):
 
 
 class FusionSettings(BaseModel):
-    method: FusionMethod = "minmax"
+    method: FusionMethod = FusionMethod.MINMAX
     rrf_k: int = Field(60, ge=1)
     # Per-strategy weights; a strategy not named weighs 1.
     weights: dict[str, float] = Field(default_factory=dict)
@@ -102,34 +100,44 @@ class MultiQuerySettings(BaseModel):
 
 # Fused by default: BM25 and dense. SPLADE-tiny (the offline sparse model) is indexed and can be
 # asked for, but it scored below BM25 and lowered the fused score (README "Retrieval defaults").
-DEFAULT_STRATEGIES: tuple[Strategy, ...] = ("bm25", "dense")
+DEFAULT_STRATEGIES: tuple[Strategy, ...] = (Strategy.BM25, Strategy.DENSE)
 
 
-class RetrievalSettings(BaseModel):
-    strategies: tuple[Strategy, ...] = DEFAULT_STRATEGIES
+class RetrievalOptions(BaseModel):
+    """The flat part of ``RetrievalSettings``: kept apart so configuration layers can mix it in."""
+
+    strategies: list[Strategy] = Field(default_factory=lambda: list(DEFAULT_STRATEGIES))
     # Candidates each strategy contributes to fusion; deep enough for recall@100.
     candidates_per_strategy: int = Field(100, ge=1)
     # One hit per document: evaluation and users judge documents, not chunks.
     collapse_chunks: bool = True
+    natural_language_filters: bool = True
+    more_like_this: bool = True
+
+
+class RetrievalSettings(RetrievalOptions):
     fusion: FusionSettings = FusionSettings()
     expansion: ExpansionSettings = ExpansionSettings()
     rerank: RerankSettings = RerankSettings()
     graph: GraphSettings = GraphSettings()
     multi_query: MultiQuerySettings = MultiQuerySettings()
-    natural_language_filters: bool = True
     # Which fields "since 2019", "by Smith" and "in ACL" filter on; known venues come from the index.
     nl_filters: NLFilterSettings = NLFilterSettings()
     # File-extension and metadata mappings to ``format:`` tokens, for queries and records alike.
     context_tokens: ContextTokenSettings = ContextTokenSettings()
-    more_like_this: bool = True
 
 
-class PipelineSettings(BaseModel):
+class IndexBuildSettings(BaseModel):
+    """The flat build settings besides the vocabulary and the context tokens."""
+
+    # Metadata fields whose values become domain nodes of the tool graph (EDAM "topics").
+    graph_domain_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_DOMAIN_FIELDS))
+    # Texts encoded between two durable embedding-cache writes: bounds memory and lost work.
+    embedding_block_rows: int = Field(DEFAULT_BLOCK_ROWS, ge=1)
+
+
+class PipelineSettings(IndexBuildSettings):
     models: ModelSettings = ModelSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     vocabulary: VocabularySettings = VocabularySettings()
-    # Metadata fields whose values become domain nodes of the tool graph (EDAM "topics").
-    graph_domain_fields: tuple[str, ...] = DEFAULT_DOMAIN_FIELDS
-    # Texts encoded between two durable embedding-cache writes: bounds memory and lost work.
-    embedding_block_rows: int = Field(DEFAULT_BLOCK_ROWS, ge=1)
     retrieval: RetrievalSettings = RetrievalSettings()

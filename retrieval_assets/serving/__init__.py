@@ -1,4 +1,8 @@
-"""Serving: the HTTP API over the query resource (``http_api``), and a load test for it (``loadtest``)."""
+"""Serving: the HTTP API over the query resource (``http_api``), and a load test for it (``loadtest``).
+
+Nothing here imports the Dagster layer: ``retrieval-assets serve`` (cli.py) hands ``create_app``
+the configured search resource's ``Searcher``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ __all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so the load-test client does not import FastAPI, Dagster and the models' stack.
+    # Lazy, so the load-test client does not import FastAPI and the models' stack.
     if name == "create_app":
         from retrieval_assets.serving.http_api import create_app
 

@@ -1,7 +1,7 @@
 """The HTTP API (FastAPI) over the one query entry point.
 
-Every query goes through ``HybridRetriever.run(SearchRequest)``, the path ``SearchResource``,
-the evaluation asset and the CLI use, so an answer over HTTP is the answer the evaluation measured.
+Every query goes through ``HybridRetriever.run(SearchRequest)``, the path the core ``Searcher``
+(behind the Dagster search resource), the evaluation asset and the CLI use, so an answer over HTTP is the answer the evaluation measured.
 
 * ``POST /search``: a ``SearchRequest`` as JSON; answers the ``RetrievalResult`` (hits with
   per-strategy provenance, fusion, strategies, rerank and refine flags, timings, diagnostics).
@@ -37,10 +37,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
 from retrieval_assets.core.ingest.cleaning import clean_rows
-from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.models import FusionMethod, RetrievalResult, SearchRequest, Strategy
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.defs.resources import SearchResource
+from retrieval_assets.core.retrieval.searcher import Searcher
 from retrieval_assets.serving.inbox import DocumentInbox
 from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
 
@@ -56,8 +56,6 @@ MAX_SEARCH_BODY_BYTES = 64_000
 MAX_DOCUMENT_BYTES = 2_000_000
 
 TenantParam = Annotated[str | None, Query(min_length=1, max_length=MAX_TENANT_CHARS, description="only this tenant")]
-StrategyName = Literal["bm25", "splade", "dense"]
-FusionName = Literal["rrf", "minmax", "zscore", "similarity_rrf"]
 
 
 class _SearchFields(BaseModel):
@@ -70,8 +68,8 @@ class _SearchFields(BaseModel):
     tenant: str | None = Field(
         None, min_length=1, max_length=MAX_TENANT_CHARS, validation_alias=AliasChoices("tenant", "tenant_id")
     )
-    strategies: list[StrategyName] | None = Field(None, min_length=1, max_length=3)
-    fusion: FusionName | None = None
+    strategies: list[Strategy] | None = Field(None, min_length=1, max_length=len(Strategy))
+    fusion: FusionMethod | None = None
     rerank: bool | None = None
     expand: bool | None = None
     multi_query: bool | None = None
@@ -146,7 +144,7 @@ class ErrorBody(BaseModel):
 
 
 def create_app(
-    search: SearchResource | Callable[[], HybridRetriever],
+    search: Searcher | Callable[[], HybridRetriever],
     *,
     layout: IndexLayout | None = None,
     home: Path | None = None,
@@ -154,14 +152,15 @@ def create_app(
     default_tenant: str = "default",
     warm_up: bool = True,
 ) -> FastAPI:
-    """The API over a ``SearchResource`` or a factory of ``HybridRetriever`` (then ``layout`` is required).
+    """The API over a ``Searcher`` or a factory of ``HybridRetriever`` (then ``layout`` is required).
 
-    ``home`` holds the inbox (default: the storage home, or the parent of ``layout.root``);
+    ``home`` holds the inbox (default: the storage home, the parent of the versions' root, or
+    the parent of ``layout.root``);
     ``catalog_format`` and ``default_tenant`` are how posted documents are cleaned, as the catalog is.
     """
-    if isinstance(search, SearchResource):
-        service = SearchService.from_resource(search)
-        home = home or Path(search.storage.home)
+    if isinstance(search, Searcher):
+        service = SearchService.for_searcher(search)
+        home = home or search.versions.root.parent
     else:
         if layout is None:
             raise TypeError("create_app(factory) needs layout= (where the factory's indexes live)")

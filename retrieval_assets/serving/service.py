@@ -5,27 +5,29 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-from retrieval_assets.core.stores.filters import MetadataFilter
-from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
+from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit, Strategy
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError
+from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError, Searcher
+from retrieval_assets.core.stores.filters import MetadataFilter
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-
-if TYPE_CHECKING:
-    from retrieval_assets.defs.resources import SearchResource
 
 logger = logging.getLogger(__name__)
 
 RetrieverFactory = Callable[[], HybridRetriever]
 # Errors that mean "the indexes cannot be served", as opposed to a bad request.
 UNAVAILABLE_ERRORS = (BackendNotAvailableError, OSError)
-# Backend -> (index directory attribute of IndexLayout, the strategy it serves).
-_BACKENDS = {"faiss": ("faiss", "dense"), "qdrant": ("qdrant", "splade"), "tantivy": ("lexical", "bm25")}
+# Embedded engine -> (its index directory attribute of IndexLayout, the strategy it serves).
+_BACKENDS = {
+    "faiss": ("faiss", Strategy.DENSE),
+    "qdrant": ("qdrant", Strategy.SPLADE),
+    "tantivy": ("lexical", Strategy.BM25),
+}
 
 
 class ServedVersion(BaseModel):
@@ -56,11 +58,11 @@ class Health(BaseModel):
     error: str | None = None
 
 
-def promoted_version(search: SearchResource) -> tuple[IndexLayout | None, ServedVersion]:
-    pointer = search.storage.versions().pointer()
+def promoted_version(versions: IndexVersions) -> tuple[IndexLayout | None, ServedVersion]:
+    pointer = versions.pointer()
     if pointer is None:
         return None, ServedVersion()
-    layout = search.storage.versions().version(pointer["version"]).layout
+    layout = versions.version(pointer["version"]).layout
     return layout, ServedVersion(version=pointer["version"], promoted_at=pointer.get("promoted_at"))
 
 
@@ -79,9 +81,9 @@ class SearchService:
         self._lexical: tuple[IndexLayout, TantivyLexicalStore] | None = None
 
     @classmethod
-    def from_resource(cls, search: SearchResource) -> SearchService:
-        # The resource keeps one retriever per version and opens the promoted one on demand.
-        return cls(search.retriever, lambda: promoted_version(search), close=search.close)
+    def for_searcher(cls, searcher: Searcher) -> SearchService:
+        # The searcher keeps one retriever per version and opens the promoted one on demand.
+        return cls(searcher.retriever, lambda: promoted_version(searcher.versions), close=searcher.close)
 
     @classmethod
     def for_layout(cls, open_retriever: RetrieverFactory, layout: IndexLayout) -> SearchService:

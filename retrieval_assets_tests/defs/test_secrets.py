@@ -16,7 +16,7 @@ from dagster import EnvVar, build_resources
 from dagster._serdes import serialize_value
 from fastapi.testclient import TestClient
 
-from retrieval_assets.defs.resources import SearchResource
+from retrieval_assets.defs.resources import MultiQueryConfig, SearchResource
 from retrieval_assets.serving import create_app
 from retrieval_assets_tests.core.retrieval.tenant_indexes import SECRET, SECRET_ENV, TenantBuild, build_tenant_indexes
 
@@ -47,11 +47,11 @@ def test_the_key_is_not_in_the_run_record(build: TenantBuild) -> None:
 @pytest.fixture(scope="module")
 def client(build: TenantBuild) -> Iterator[TestClient]:
     """The API as ``retrieval-assets serve`` builds it: the EnvVar resolved by ``build_resources``."""
-    configured = build.search_resource(llm_base_url=build.llm_url, llm_api_key=EnvVar(SECRET_ENV))
+    configured = build.search_resource(multi_query=MultiQueryConfig(llm_base_url=build.llm_url), llm_api_key=EnvVar(SECRET_ENV))
     with build_resources({"search": configured}) as resources:
         search: SearchResource = resources.search
         assert search.llm_api_key == SECRET
-        with TestClient(create_app(search, catalog_format="tool_catalog")) as test_client:
+        with TestClient(create_app(search.searcher, catalog_format="tool_catalog")) as test_client:
             yield test_client
 
 

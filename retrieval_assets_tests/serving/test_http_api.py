@@ -36,7 +36,7 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> TenantBuild:
 @pytest.fixture(scope="module")
 def client(build: TenantBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     # The inbox goes to a scratch home so that posted documents do not touch the shared build.
-    app = create_app(build.search_resource(), home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog")
+    app = create_app(build.search_resource().searcher, home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog")
     with TestClient(app) as test_client:  # runs the lifespan: opens the retriever, closes it at the end
         yield test_client
 

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval_assets.core.index.build import PointBatch
+from retrieval_assets.core.models import Strategy
 from retrieval_assets.core.stores.base import FieldType, IndexStore
 from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings, OpenSearchStore
 from retrieval_assets.core.stores.opensearch_store import connect as connect_opensearch
@@ -94,16 +95,16 @@ class ServerIndexes:
                 counts[store.backend] = store.count()
         return counts
 
-    def stores(self, version: str) -> dict[str, IndexStore]:
-        """The stores that serve ``version``, by role: ``dense``, ``sparse``, ``lexical``."""
-        roles: dict[str, IndexStore] = {}
+    def stores(self, version: str) -> dict[Strategy, IndexStore]:
+        """The stores that serve ``version``, by the strategy each serves (Qdrant SPLADE over OpenSearch's)."""
+        served: dict[Strategy, IndexStore] = {}
         if self._opensearch is not None:
             opensearch = OpenSearchStore.open(self._opensearch, self.name(version), retry=self.retry)
-            roles |= {"lexical": opensearch, "sparse": opensearch}
+            served |= {Strategy.BM25: opensearch, Strategy.SPLADE: opensearch}
         if self._qdrant is not None:
             qdrant = QdrantServerStore.open(self._qdrant, self.name(version), retry=self.retry)
-            roles |= {"dense": qdrant, "sparse": qdrant}
-        return roles
+            served |= {Strategy.DENSE: qdrant, Strategy.SPLADE: qdrant}
+        return served
 
     def chunk_ids(self, version: str) -> dict[str, set[str]]:
         return {store.backend: store.chunk_ids() for store in {id(s): s for s in self.stores(version).values()}.values()}
@@ -112,7 +113,7 @@ class ServerIndexes:
         """Move the aliases to ``version``: Qdrant, then OpenSearch. If OpenSearch refuses, the
         Qdrant alias is moved back, so the servers never disagree about what serves."""
         stores = self.stores(version)
-        qdrant, opensearch = stores.get("dense"), stores.get("lexical")
+        qdrant, opensearch = stores.get(Strategy.DENSE), stores.get(Strategy.BM25)
         previous_collection = qdrant.promote() if isinstance(qdrant, QdrantServerStore) else None
         if not isinstance(opensearch, OpenSearchStore):
             return

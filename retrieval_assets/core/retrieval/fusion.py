@@ -17,12 +17,13 @@ Weights default to 1 for every strategy.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, get_args
 
 import numpy as np
 
-FusionMethod = Literal["rrf", "minmax", "zscore", "similarity_rrf"]
-FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
+from retrieval_assets.core.models import FusionMethod
+
+# The normalisations of the weighted-sum methods.
+_NORMALISED = (FusionMethod.MINMAX, FusionMethod.ZSCORE)
 
 # strategy -> [(key, score), ...] best first
 StrategyScores = Mapping[str, Sequence[tuple[str, float]]]
@@ -53,10 +54,10 @@ def reciprocal_rank_fusion(
     return _ranked(fused)
 
 
-def _normalised(scored: Sequence[tuple[str, float]], method: Literal["minmax", "zscore"]) -> tuple[dict[str, float], float]:
+def _normalised(scored: Sequence[tuple[str, float]], method: FusionMethod) -> tuple[dict[str, float], float]:
     """Each key's normalised score and the value a missing key gets."""
     values = np.array([score for _, score in scored], dtype=float)
-    if method == "minmax":
+    if method == FusionMethod.MINMAX:
         low, spread = values.min(), values.max() - values.min()
         # One candidate, or all equal: every candidate is as good as the best.
         normalised = (values - low) / spread if spread > 0 else np.ones_like(values)
@@ -68,11 +69,11 @@ def _normalised(scored: Sequence[tuple[str, float]], method: Literal["minmax", "
 
 def normalized_score_fusion(
     per_strategy: StrategyScores,
-    method: Literal["minmax", "zscore"] = "minmax",
+    method: FusionMethod = FusionMethod.MINMAX,
     weights: Mapping[str, float] | None = None,
 ) -> list[tuple[str, float]]:
     """Weighted sum of per-strategy normalised scores (see the module notes for missing keys)."""
-    if method not in ("minmax", "zscore"):
+    if method not in _NORMALISED:
         raise ValueError(f"normalisation must be 'minmax' or 'zscore', got {method!r}")
     lists = {strategy: scored for strategy, scored in per_strategy.items() if scored}
     normalised = {strategy: _normalised(scored, method) for strategy, scored in lists.items()}
@@ -100,7 +101,7 @@ def similarity_rrf_fusion(
         return []
     best_rrf = max(rrf.values())
     total_weight = sum(_weight(weights, strategy) for strategy, scored in per_strategy.items() if scored)
-    similarity = dict(normalized_score_fusion(per_strategy, "minmax", weights))
+    similarity = dict(normalized_score_fusion(per_strategy, FusionMethod.MINMAX, weights))
     fused = {
         key: similarity_weight * similarity[key] / total_weight + (1 - similarity_weight) * rrf[key] / best_rrf
         for key in rrf
@@ -110,17 +111,17 @@ def similarity_rrf_fusion(
 
 def fuse(
     per_strategy: StrategyScores,
-    method: FusionMethod = "rrf",
+    method: FusionMethod = FusionMethod.RRF,
     *,
     rrf_k: int = 60,
     weights: Mapping[str, float] | None = None,
     similarity_weight: float = 0.5,
 ) -> list[tuple[str, float]]:
     """One entry point for every fusion method, as configured in ``FusionSettings``."""
-    if method == "rrf":
+    if method == FusionMethod.RRF:
         return reciprocal_rank_fusion({s: [key for key, _ in scored] for s, scored in per_strategy.items()}, rrf_k, weights)
-    if method in ("minmax", "zscore"):
+    if method in _NORMALISED:
         return normalized_score_fusion(per_strategy, method, weights)
-    if method == "similarity_rrf":
+    if method == FusionMethod.SIMILARITY_RRF:
         return similarity_rrf_fusion(per_strategy, similarity_weight, rrf_k, weights)
-    raise ValueError(f"unknown fusion method {method!r}; use one of {FUSION_METHODS}")
+    raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(FusionMethod)}")

@@ -30,15 +30,23 @@ from typing import Any
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.stores.filters import MetadataFilter, parse_filters
 from retrieval_assets.core.index.graph import ToolGraph
-from retrieval_assets.core.models import RetrievalResult, ScoredHit, SearchRequest, StoreHit, StrategyScore
+from retrieval_assets.core.models import (
+    FusionMethod,
+    RetrievalResult,
+    ScoredHit,
+    SearchRequest,
+    StoreHit,
+    Strategy,
+    StrategyScore,
+)
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, query_context_tokens
 from retrieval_assets.core.query.control_tags import parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
-from retrieval_assets.core.retrieval.fusion import FusionMethod, fuse, reciprocal_rank_fusion
+from retrieval_assets.core.retrieval.fusion import fuse, reciprocal_rank_fusion
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms
-from retrieval_assets.core.settings import RetrievalSettings, Strategy
+from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStore, LexicalStore, SparseStore
 
 logger = logging.getLogger(__name__)
@@ -76,7 +84,7 @@ class _Plan:
     filters: list[MetadataFilter]
     tag_terms: list[str]
     excluded: set[str]
-    strategies: list[str]
+    strategies: list[Strategy]
     fusion: FusionMethod
     trace: _Trace
     # Strategy results already computed for this request: retries re-run BM25 only.
@@ -130,23 +138,23 @@ class HybridRetriever:
         self._filterable_fields = filterable_fields
         # One Qdrant store may serve both dense and sparse search: close each store once.
         self._stores = list({id(s): s for s in (dense_store, sparse_store, lexical_store) if s is not None}.values())
-        self._searchers: dict[str, Searcher] = {}
+        self._searchers: dict[Strategy, Searcher] = {}
         if lexical_store is not None:
-            self._searchers["bm25"] = lambda q, k, f, expansion, tags: lexical_store.search_text(
+            self._searchers[Strategy.BM25] = lambda q, k, f, expansion, tags: lexical_store.search_text(
                 q, k, f, expansion_terms=expansion, tag_terms=tags
             )
         if sparse_store is not None and sparse_encoder is not None:
-            self._searchers["splade"] = lambda q, k, f, _e, _t: sparse_store.search_sparse(
+            self._searchers[Strategy.SPLADE] = lambda q, k, f, _e, _t: sparse_store.search_sparse(
                 sparse_encoder.encode_queries([q])[0], k, f
             )
         if dense_store is not None and dense_encoder is not None:
-            self._searchers["dense"] = lambda q, k, f, _e, _t: dense_store.search_dense(
+            self._searchers[Strategy.DENSE] = lambda q, k, f, _e, _t: dense_store.search_dense(
                 dense_encoder.encode_queries([q])[0], k, f
             )
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searchers)), thread_name_prefix="retrieve")
 
     @property
-    def available_strategies(self) -> list[str]:
+    def available_strategies(self) -> list[Strategy]:
         return list(self._searchers)
 
     def search(
@@ -174,7 +182,9 @@ class HybridRetriever:
         wanted = list(request.strategies or self.settings.strategies)
         missing = [s for s in wanted if s not in self._searchers]
         if missing:
-            raise ValueError(f"strategies {missing} are not available; this index serves {self.available_strategies}")
+            raise ValueError(
+                f"strategies {', '.join(missing)} are not available; this index serves {', '.join(self._searchers)}"
+            )
         trace = _Trace()
         started = time.perf_counter()
 
@@ -281,7 +291,7 @@ class HybridRetriever:
                 len(candidates) >= expansion.min_results
                 or len(attempts) > expansion.max_retries
                 or self._vocabulary is None
-                or "bm25" not in plan.strategies
+                or Strategy.BM25 not in plan.strategies
             ):
                 break
             level += 1
@@ -361,7 +371,7 @@ class HybridRetriever:
         per_strategy: dict[str, list[StoreHit]] = {}
         for name in plan.strategies:
             # Expansion and tags change only BM25: the other strategies' results are reused on retries.
-            cache_key = (name, query if name != "bm25" else f"{query}\x00{sorted(expansion_terms.items())}")
+            cache_key = (name, query if name != Strategy.BM25 else f"{query}\x00{sorted(expansion_terms.items())}")
             if cache_key in plan.cache:
                 per_strategy[name] = plan.cache[cache_key]
                 continue

@@ -1,12 +1,15 @@
-"""Opening one index version for querying: embedded engines, or servers for the roles they serve."""
+"""Opening index versions for querying: embedded engines, or servers for the strategies they serve."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.index.graph import ToolGraph
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
+from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.models import RetrievalResult, SearchRequest, Strategy
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator
@@ -30,13 +33,13 @@ def open_retriever(
     settings: RetrievalSettings,
     reranker: Reranker | None = None,
     llm_api_key: str | None = None,
-    server_stores: Mapping[str, IndexStore] | None = None,
+    server_stores: Mapping[Strategy, IndexStore] | None = None,
 ) -> HybridRetriever:
     """A retriever over the indexes in ``layout``; fails clearly when one has not been built.
 
-    ``server_stores`` (role -> store: ``dense``, ``sparse``, ``lexical``) replace the embedded
-    engine of each role they name. The vocabulary and the tool graph are optional: without
-    them expansion and graph expansion have nothing to add, and the diagnostics say so.
+    ``server_stores`` (strategy -> store) replace the embedded engine of each strategy they
+    name. The vocabulary and the tool graph are optional: without them expansion and graph
+    expansion have nothing to add, and the diagnostics say so.
     """
     for label, path in (("faiss_index", layout.faiss), ("qdrant_index", layout.qdrant), ("lexical_index", layout.lexical)):
         if not path.exists():
@@ -47,12 +50,12 @@ def open_retriever(
         update={"known_venues": frozenset(facets.get(settings.nl_filters.venue_field, ()))}
     )
     multi = settings.multi_query
-    lexical = servers.get("lexical") or TantivyLexicalStore.open(layout.lexical)
+    lexical = servers.get(Strategy.BM25) or TantivyLexicalStore.open(layout.lexical)
     return HybridRetriever(
         dense_encoder=dense_encoder,
         sparse_encoder=sparse_encoder,
-        dense_store=servers.get("dense") or FaissDenseStore.open(layout.faiss),
-        sparse_store=servers.get("sparse") or QdrantEdgeStore.open(layout.qdrant),
+        dense_store=servers.get(Strategy.DENSE) or FaissDenseStore.open(layout.faiss),
+        sparse_store=servers.get(Strategy.SPLADE) or QdrantEdgeStore.open(layout.qdrant),
         lexical_store=lexical,
         settings=settings,
         vocabulary=VocabularyIndex.load(layout.vocabulary) if layout.vocabulary.is_file() else None,
@@ -67,3 +70,43 @@ def open_retriever(
         context_settings=settings.context_tokens,
         filterable_fields={*KEYWORD_PAYLOAD_FIELDS, *lexical.field_types},
     )
+
+
+class Searcher:
+    """The one query entry point over versioned indexes: the retriever of the promoted version
+    (or of a named one), opened by ``open_version`` on first use and kept. Two stay open: the
+    promoted one, and the one it replaced, which requests already in flight during a promotion
+    finish on."""
+
+    def __init__(self, versions: IndexVersions, open_version: Callable[[IndexVersion], HybridRetriever]) -> None:
+        self.versions = versions
+        self._open_version = open_version
+        self._retrievers: dict[str, HybridRetriever] = {}
+
+    def retriever(self, version: str | None = None) -> HybridRetriever:
+        """A retriever over ``version``, or over the promoted version as of this call."""
+        target = self.versions.version(version) if version else self.versions.promoted()
+        if target is None:
+            raise BackendNotAvailableError(
+                f"no index version is promoted under {self.versions.root}: build and evaluate one first "
+                "(retrieval-assets run, or index_build_job then evaluation_job)"
+            )
+        if target.id not in self._retrievers:
+            if not target.sealed:
+                raise BackendNotAvailableError(f"index version {target.id} is incomplete: re-run the index build")
+            self._retrievers[target.id] = self._open_version(target)
+            for stale in list(self._retrievers)[:-2]:
+                self._retrievers.pop(stale).close()
+        return self._retrievers[target.id]
+
+    def search(self, query: str, top_k: int = 10, filters: dict[str, Any] | None = None, **options: Any) -> RetrievalResult:
+        """See ``SearchRequest`` for the options (tenant_id, strategies, fusion, rerank, expand,
+        multi_query, context_files, context_metadata)."""
+        return self.retriever().search(query, top_k=top_k, filters=filters, **options)
+
+    def run(self, request: SearchRequest) -> RetrievalResult:
+        return self.retriever().run(request)
+
+    def close(self) -> None:
+        while self._retrievers:
+            self._retrievers.popitem()[1].close()

@@ -43,7 +43,6 @@ from retrieval_assets.defs.resources import (
     IndexBuildResource,
     IndexStorageResource,
     ModelResource,
-    SearchResource,
 )
 
 GROUP = "indexes"
@@ -106,7 +105,6 @@ def index_candidate(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
-    search: SearchResource,
     build: IndexBuildResource,
     chunks: pd.DataFrame,
 ) -> MaterializeResult[CandidateRecord]:
@@ -117,7 +115,7 @@ def index_candidate(
         models.sparse_encoder(),
         build.vocabulary(),
         build.graph_domain_fields,
-        search.retrieval_settings().context_tokens,
+        build.context_tokens,
     )
     versions = storage.versions()
     version = versions.candidate(fingerprint)
@@ -148,7 +146,7 @@ def faiss_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
-    search: SearchResource,
+    build: IndexBuildResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     index_candidate: CandidateRecord,
@@ -160,7 +158,7 @@ def faiss_index(
             FaissDenseStore.open(path)
             if index_candidate.reused
             else build_faiss_index(
-                path, chunks, dense_embeddings, models.dense_model, search.retrieval_settings().context_tokens
+                path, chunks, dense_embeddings, models.dense_model, build.context_tokens
             )
         )
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
@@ -180,7 +178,7 @@ def qdrant_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
-    search: SearchResource,
+    build: IndexBuildResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     sparse_embeddings: pd.DataFrame,
@@ -199,7 +197,7 @@ def qdrant_index(
                 sparse_embeddings,
                 models.dense_model,
                 models.sparse_model,
-                search.retrieval_settings().context_tokens,
+                build.context_tokens,
             )
         )
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
@@ -219,7 +217,7 @@ def qdrant_index(
 def lexical_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
-    search: SearchResource,
+    build: IndexBuildResource,
     chunks: pd.DataFrame,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
@@ -229,7 +227,7 @@ def lexical_index(
         store = (
             TantivyLexicalStore.open(path)
             if index_candidate.reused
-            else build_lexical_index(path, chunks, search.retrieval_settings().context_tokens)
+            else build_lexical_index(path, chunks, build.context_tokens)
         )
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
     return _index_result(store, chunks, timer["seconds"], path=str(path), reused_version=index_candidate.reused)
@@ -243,7 +241,7 @@ def lexical_index(
 def server_indexes(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
-    search: SearchResource,
+    build: IndexBuildResource,
     chunks: pd.DataFrame,
     dense_embeddings: pd.DataFrame,
     sparse_embeddings: pd.DataFrame,
@@ -265,7 +263,7 @@ def server_indexes(
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
             field_types, dim, batches = point_batches(
-                chunks, dense_embeddings, sparse_embeddings, search.retrieval_settings().context_tokens
+                chunks, dense_embeddings, sparse_embeddings, build.context_tokens
             )
             counts = servers.build(version, dim, field_types, batches)
     context.log.info(f"server indexes {servers.name(version)}: {counts}")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from retrieval_assets.core.models import SparseVector
+from retrieval_assets.core.models import SparseVector, Strategy
 from retrieval_assets.core.index.servers import ServerIndexes, ServerSettings, roll_back, switch_serving
 from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings
 from retrieval_assets.core.index.versions import IndexVersions
@@ -59,7 +59,7 @@ def test_versions_on_the_server_are_built_promoted_rolled_back_and_dropped(serve
     assert alias_target() == servers.name(local["2"].id) and versions.promoted() == local["2"]
     assert roll_back(versions, servers) == local["1"]
     assert alias_target() == servers.name(local["1"].id)
-    hits = servers.stores(local["1"].id)["dense"].search_dense(np.eye(1, 4, dtype=np.float32)[0] + 0.1, top_k=3)
+    hits = servers.stores(local["1"].id)[Strategy.DENSE].search_dense(np.eye(1, 4, dtype=np.float32)[0] + 0.1, top_k=3)
     assert {hit.chunk_id for hit in hits} == set(first)
 
     servers.drop("v-1")

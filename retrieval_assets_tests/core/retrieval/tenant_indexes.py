@@ -29,8 +29,11 @@ from retrieval_assets.defs.resources import code_location_resources
 from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.resources import (
     CatalogResource,
+    IndexBuildResource,
     IndexStorageResource,
     ModelResource,
+    MultiQueryConfig,
+    RerankConfig,
     SearchResource,
 )
 
@@ -113,7 +116,7 @@ class TenantBuild:
     def search_resource(self, **options: Any) -> SearchResource:
         """A fresh query resource over the built indexes (the build's own one is closed after the run)."""
         storage = IndexStorageResource(home=str(self.home))
-        return SearchResource(storage=storage, models=ModelResource(), **options)
+        return SearchResource(storage=storage, models=ModelResource(), build=IndexBuildResource(), **options)
 
 
 def _gold(root: Path) -> Path:
@@ -139,8 +142,14 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
     home = root / "home"
     storage = IndexStorageResource(home=str(home))
     models = ModelResource()
+    build = IndexBuildResource()
     search = SearchResource(
-        storage=storage, models=models, llm_base_url=llm_url, llm_api_key=EnvVar(SECRET_ENV), rerank_candidates=5
+        storage=storage,
+        models=models,
+        build=build,
+        multi_query=MultiQueryConfig(llm_base_url=llm_url),
+        llm_api_key=EnvVar(SECRET_ENV),
+        rerank=RerankConfig(candidates=5),
     )
     instance = DagsterInstance.ephemeral()
     collect = _Collect()
@@ -158,6 +167,7 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
                 "catalog": CatalogResource(format="tool_catalog", path=str(catalog), gold_path=str(_gold(root))),
                 "models": models,
                 "storage": storage,
+                "build": build,
                 "search": search,
                 "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
             },

@@ -15,7 +15,7 @@ import pytest
 
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets.defs.resources import IndexBuildResource
+from retrieval_assets.defs.resources import IndexBuildResource, VocabularyConfig
 from retrieval_assets.core.index.build import build_lexical_index
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
@@ -84,7 +84,7 @@ def tool_layout(tmp_path_factory: pytest.TempPathFactory, encoders) -> IndexLayo
     catalog = root / "catalog.jsonl"
     lines = TOOLS_WITH_RELATIONS.read_text().splitlines() + [json.dumps(tool) for tool in IMAGING_TOOLS]
     catalog.write_text("\n".join(lines) + "\n")
-    build, version = build_catalog(root, catalog, build=IndexBuildResource(vocabulary_min_doc_freq=1))
+    build, version = build_catalog(root, catalog, build=IndexBuildResource(vocabulary_settings=VocabularyConfig(min_doc_freq=1)))
     assert not build.quarantined
     return version.layout
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from retrieval_assets.core.stores.filters import FilterError
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.control_tags import ControlTagError
-from retrieval_assets.defs.resources import SearchResource
+from retrieval_assets.defs.resources import GraphConfig, RerankConfig, SearchResource
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TENANTS, build_tenant_indexes, tenant_records
 
 TENANT_OF = {str(record["id"]): record["tenant_id"] for record in tenant_records()}
@@ -40,7 +40,7 @@ def search(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SearchResource]
     build = build_tenant_indexes(tmp_path_factory.getbasetemp() / "tenant_indexes")
     assert build.success
     # Graph expansion and more-like-this are on by default; rerank scores a short head to stay fast.
-    resource = build.search_resource(graph_expansion=True, rerank_candidates=5)
+    resource = build.search_resource(graph=GraphConfig(enabled=True), rerank=RerankConfig(candidates=5))
     yield resource
     resource.close()
 
