@@ -12,7 +12,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from hypothesis import settings  # noqa: E402
+
 from retrieval_assets.paths import BUNDLED_DATA  # noqa: E402
+
+# Property tests draw the same examples on every run and machine, and print a failing one with
+# the blob that reproduces it.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.load_profile("repeatable")
 
 SCIFACT_MINI = BUNDLED_DATA / "scifact_mini"
 

@@ -33,7 +33,7 @@ def _materialize(catalog: CatalogResource, home: Path):
     )
     [event] = result.asset_materializations_for_node("knowledge_graph")
     metadata = {key: value.value for key, value in event.metadata.items()}
-    candidate = storage.versions().version(result.output_for_node("index_candidate")["version"])
+    candidate = storage.versions().version(result.output_for_node("index_candidate").version)
     return result, candidate.layout.graph, metadata
 
 

@@ -86,25 +86,32 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
     assert built.success and versions.promoted() is None  # a build alone never changes serving
     first = built.output_for_node("index_version")
     [request] = deployment.sensor_run_requests()
-    assert request.run_key.startswith(f"evaluate-{first['version']}-")
+    assert request.run_key.startswith(f"evaluate-{first.version}-")
 
     evaluated = deployment.run(EVALUATION)
-    assert evaluated.success and versions.promoted().id == first["version"]
+    assert evaluated.success and versions.promoted().id == first.version
     assert deployment.sensor_run_requests() == []  # evaluated already: the sensor skips it
     served = deployment.served_answer()
 
     # A deliberately broken encoder config: every text truncated to 16 tokens.
     broken_models = ModelResource(max_length=16)
     rebuilt = deployment.run(BUILD, broken_models)
-    broken = rebuilt.output_for_node("index_version")["version"]
-    assert rebuilt.success and broken != first["version"]
+    broken = rebuilt.output_for_node("index_version").version
+    assert rebuilt.success and broken != first.version
     refused = deployment.run(EVALUATION, broken_models)
     [gate] = [c for c in refused.get_asset_check_evaluations() if c.check_name == "promotion_gate"]
     assert not gate.passed and "below the promoted" in gate.metadata["reasons"].value
+    # The blocking check stopped the run at the gate: the evaluation step failed on it, and
+    # promoted_index never started (it was not left to refuse by itself).
+    [failure] = [e for e in refused.all_events if e.is_step_failure]
+    assert failure.step_key == "retrieval_evaluation"
+    assert "blocking asset check failed" in failure.step_failure_data.error.message
+    assert "retrieval_evaluation: promotion_gate" in failure.step_failure_data.error.message
+    assert not [e for e in refused.all_events if e.step_key == "promoted_index" and e.is_step_start]
     assert not refused.asset_materializations_for_node("promoted_index")
-    assert versions.promoted().id == first["version"] and deployment.served_answer() == served
+    assert versions.promoted().id == first.version and deployment.served_answer() == served
     report = versions.version(broken).evaluation()
-    assert report["gate"]["passed"] is False and report["compared_with"] == first["version"]
+    assert report["gate"]["passed"] is False and report["compared_with"] == first.version
     assert report["gate"]["comparison"]["ndcg@10"]["candidate"] < report["gate"]["comparison"]["ndcg@10"]["promoted"]
     assert [e["version"] for e in versions.history() if e["event"] == "refused"] == [broken]
 
@@ -114,12 +121,12 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
     changed = deployment.run(WHOLE_BUILD)
     assert changed.success
     second = versions.promoted().id
-    assert second not in (first["version"], broken)
+    assert second not in (first.version, broken)
     history = [row["version"] for row in versions.quality_history()]
-    assert history == [first["version"], broken, second]
+    assert history == [first.version, broken, second]
 
     rolled_back = rollback_job.execute_in_process(resources={"storage": deployment.storage}, instance=deployment.instance)
-    assert rolled_back.success and versions.promoted().id == first["version"]
+    assert rolled_back.success and versions.promoted().id == first.version
     assert deployment.served_answer() == served
     [event] = rolled_back.get_asset_materialization_events()
     assert event.asset_key == AssetKey("promoted_index")
@@ -127,8 +134,10 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
 
 def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
     graph = defs.resolve_asset_graph()
-    for name in ("faiss_index", "qdrant_index", "lexical_index", "knowledge_graph", "index_version", "promoted_index"):
+    for name in ("faiss_index", "qdrant_index", "lexical_index", "knowledge_graph", "index_version"):
         assert graph.get(AssetKey(name)).freshness_policy is not None, name
+    # Promotion happens only when a candidate passes: quiet nights must not read as stale.
+    assert graph.get(AssetKey("promoted_index")).freshness_policy is None
     [schedule] = defs.schedules
     assert schedule.cron_schedule == "0 2 * * *" and schedule.job_name == "index_build_job"
     assert {sensor.name for sensor in defs.sensors} == {"candidate_evaluation_sensor", "catalog_source_sensor"}

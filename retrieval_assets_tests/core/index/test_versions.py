@@ -59,11 +59,15 @@ def test_pointer_is_replaced_whole(tmp_path: Path) -> None:
     versions = IndexVersions(tmp_path)
     a, b = _sealed(versions, "a" * 64), _sealed(versions, "b" * 64)
     versions.promote(a, reason="start")
-    seen, stop = set(), threading.Event()
+    seen, torn, stop = [], [], threading.Event()
 
     def read() -> None:
         while not stop.is_set():
-            seen.add(json.loads((tmp_path / "promoted.json").read_text())["version"])
+            text = (tmp_path / "promoted.json").read_text()
+            try:
+                seen.append(json.loads(text)["version"])
+            except (ValueError, KeyError):
+                torn.append(text)
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -71,7 +75,8 @@ def test_pointer_is_replaced_whole(tmp_path: Path) -> None:
         versions.promote(b if n % 2 == 0 else a, reason="flip")
     stop.set()
     reader.join()
-    assert seen <= {a.id, b.id} and seen
+    assert torn == [], f"{len(torn)} torn reads, e.g. {torn[0]!r}"
+    assert set(seen) <= {a.id, b.id} and len(seen) > 1
 
 
 def test_gate_floors_drops_latency_and_missing_gold() -> None:

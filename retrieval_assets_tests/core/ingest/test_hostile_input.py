@@ -118,27 +118,40 @@ def test_a_mostly_hostile_catalog_stops_before_chunks(catalog: Path, tmp_path: P
     assert len(pd.read_parquet(tmp_path / "quarantined_documents.parquet")) == sum(1 for *_, r in ROWS if r)
 
 
-# Rows that once passed cleaning and then crashed a later build step: each must now be quarantined
-# by cleaning, or go through every build step.
+# Rows that once passed cleaning and then crashed a later build step, with the outcome each must
+# have now: quarantined with this reason, or (None) kept and carried through every build step.
 DOWNSTREAM_CRASHES = {
-    "lone_surrogate_in_text": '{"id": "sur-1", "name": "S", "description": "a lone \\ud800 surrogate"}',
-    "lone_surrogate_in_metadata_key": '{"id": "sur-2", "name": "S", "description": "d", "metadata": {"\\udc00": "x"}}',
-    "nan_metadata": '{"id": "nan-1", "name": "N", "description": "d", "metadata": {"score": NaN}}',
-    "infinity_metadata": '{"id": "inf-1", "name": "I", "description": "d", "metadata": {"score": -Infinity}}',
-    "integer_beyond_int64": '{"id": "big-1", "name": "B", "description": "d", "metadata": {"count": 9223372036854775808}}',
-    "metadata_key_with_space": '{"id": "key-1", "name": "K", "description": "d", "metadata": {"first author": "x"}}',
-    "empty_metadata_key": '{"id": "key-2", "name": "K", "description": "d", "metadata": {"": "x"}}',
+    "lone_surrogate_in_text": (
+        '{"id": "sur-1", "name": "S", "description": "a lone \\ud800 surrogate"}', "invalid_utf8"
+    ),
+    "lone_surrogate_in_metadata_key": (
+        '{"id": "sur-2", "name": "S", "description": "d", "metadata": {"\\udc00": "x"}}', "invalid_utf8"
+    ),
+    "nan_metadata": ('{"id": "nan-1", "name": "N", "description": "d", "metadata": {"score": NaN}}', "malformed_json"),
+    "infinity_metadata": (
+        '{"id": "inf-1", "name": "I", "description": "d", "metadata": {"score": -Infinity}}', "malformed_json"
+    ),
+    "integer_beyond_int64": (
+        '{"id": "big-1", "name": "B", "description": "d", "metadata": {"count": 9223372036854775808}}',
+        "invalid_metadata",
+    ),
+    "metadata_key_with_space": ('{"id": "key-1", "name": "K", "description": "d", "metadata": {"first author": "x"}}', None),
+    "empty_metadata_key": ('{"id": "key-2", "name": "K", "description": "d", "metadata": {"": "x"}}', "invalid_metadata"),
 }
 
 
-@pytest.mark.parametrize("line", DOWNSTREAM_CRASHES.values(), ids=DOWNSTREAM_CRASHES.keys())
-def test_kept_rows_survive_every_build_step(line: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("line", "reason"), DOWNSTREAM_CRASHES.values(), ids=DOWNSTREAM_CRASHES.keys())
+def test_each_former_crash_is_quarantined_with_its_reason_or_survives_every_build_step(
+    line: str, reason: str | None, tmp_path: Path
+) -> None:
     path = tmp_path / "catalog.jsonl"
     path.write_text(line + "\n")
     source = CatalogSource(format="tool_catalog", path=str(path))
     cleaned = clean_catalog(read_raw_catalog(source), source)
-    if cleaned.quarantine:
+    if reason is not None:
+        assert [(q.line_number, q.reason) for q in cleaned.quarantine] == [(1, reason)] and not cleaned.documents
+        assert cleaned.quarantine[0].detail
         return
-    documents_to_frame(cleaned.documents).to_parquet(tmp_path / "documents.parquet")
+    assert not cleaned.quarantine and len(cleaned.documents) == 1
     build, version = build_catalog(tmp_path / "home", path)
-    assert version.sealed and build.chunks >= 1
+    assert version.sealed and build.documents == build.chunks == 1 and build.quarantined == 0
