@@ -2,24 +2,114 @@
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
+import numpy as np
 import pandas as pd
-from dagster import AssetExecutionContext, MetadataValue
+from dagster import (
+    AssetExecutionContext,
+    MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
+    with_source_code_references,
+)
 
 from retrieval_assets.core.embed.base import ProgressCallback
 
-_PREVIEW_CHARS = 120
+# Who the Dagster UI names as the owner of every asset of this project.
+OWNERS = ["team:search"]
+
+_PREVIEW_CHARS = 80
+
+
+def code_referenced(*assets_defs: Any) -> list[Any]:
+    """The assets with a link to their source file and line (``dagster/code_references``), in order.
+
+    A module rebinds its asset names to the result, so that ``load_from_defs_folder`` finds each
+    asset exactly once, with its code reference."""
+    return list(with_source_code_references(list(assets_defs)))
+
+
+def _column_type(series: pd.Series) -> str:
+    if series.dtype != object:
+        return str(series.dtype)
+    sample = series.dropna()
+    if not len(sample):
+        return "object"
+    value = sample.iloc[0]
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return "list"
+    if isinstance(value, dict):
+        return "dict"
+    return type(value).__name__
+
+
+def table_schema(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> TableSchema:
+    """The columns of ``frame`` (or of ``columns``) with their dtypes; object columns by their values' type."""
+    names = list(frame.columns) if columns is None else list(columns)
+    return TableSchema(columns=[TableColumn(name=str(name), type=_column_type(frame[name])) for name in names])
+
+
+def table_metadata(frame: pd.DataFrame) -> dict[str, Any]:
+    """``dagster/row_count`` and ``dagster/column_schema`` of a table-valued asset."""
+    return {
+        "dagster/row_count": MetadataValue.int(len(frame)),
+        "dagster/column_schema": MetadataValue.table_schema(table_schema(frame)),
+    }
 
 
 def preview(frame: pd.DataFrame, columns: Sequence[str], rows: int = 5) -> MetadataValue:
-    """A markdown table of the first rows, long cells shortened."""
-    head = frame.loc[:, list(columns)].head(rows).copy()
-    for column in head.columns:
-        head[column] = head[column].map(lambda v: _shorten(str(v)))
-    return MetadataValue.md(head.to_markdown(index=False) if len(head) else "_(empty)_")
+    """A table of the first rows: long cells shortened, missing values blank."""
+    head = frame.loc[:, list(columns)].head(rows)
+    return MetadataValue.table(
+        records=[TableRecord({str(c): _cell(v) for c, v in row.items()}) for _, row in head.iterrows()],
+        schema=table_schema(frame, columns),
+    )
+
+
+def markdown_table(frame: pd.DataFrame) -> MetadataValue:
+    """A markdown table, for a value that code reads as text; prefer ``preview`` / ``records_table``."""
+    shown = frame.astype(object).where(frame.notna(), "")
+    return MetadataValue.md(shown.to_markdown(index=False) if len(shown) else "_(empty)_")
+
+
+def records_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> MetadataValue:
+    """A table from plain rows (missing values blank), every column typed by its first non-blank cell."""
+    cells = [{c: _cell(row.get(c)) for c in columns} for row in rows]
+    schema = TableSchema(
+        columns=[
+            TableColumn(
+                name=c,
+                type=next((_TYPE_NAMES[type(r[c])] for r in cells if r[c] != ""), "string"),
+            )
+            for c in columns
+        ]
+    )
+    return MetadataValue.table(records=[TableRecord(r) for r in cells], schema=schema)
+
+
+_TYPE_NAMES = {str: "string", int: "int", float: "float", bool: "bool"}
+
+
+def _cell(value: Any) -> str | int | float | bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return "" if math.isnan(value) else round(float(value), 4)
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    return _shorten(str(value))
 
 
 def _shorten(text: str) -> str:

@@ -17,7 +17,7 @@ from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache
 from retrieval_assets.core.io.tables import frame_to_chunks
 from retrieval_assets.core.index.vocabulary import build_vocabulary, term_key
 from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch, table_metadata
 from retrieval_assets.defs.partitions import shard_of, source_shards
 from retrieval_assets.defs.resources import (
     CatalogResource,
@@ -27,7 +27,10 @@ from retrieval_assets.defs.resources import (
     ModelResource,
 )
 
-GROUP = "embeddings"
+GROUP = "embed"
+# vocabulary is written into the candidate version: it belongs to the index stage (and, being
+# downstream of index_candidate, would otherwise make the embed and index groups depend on each other).
+INDEX_GROUP = "index"
 
 
 def _cache_metadata(stats: CacheStats, seconds: float, cache: EmbeddingCache) -> dict[str, Any]:
@@ -40,7 +43,7 @@ def _cache_metadata(stats: CacheStats, seconds: float, cache: EmbeddingCache) ->
     }
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
 def dense_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
@@ -59,11 +62,11 @@ def dense_embeddings(
         cache.compact(list(frame["content_hash"]))
     return MaterializeResult(
         value=frame,
-        metadata={"vectors": len(frame), "model": encoder.model_name, "dim": encoder.dim, **_cache_metadata(stats, timer["seconds"], cache)},
+        metadata={**table_metadata(frame), "vectors": len(frame), "model": encoder.model_name, "dim": encoder.dim, **_cache_metadata(stats, timer["seconds"], cache)},
     )
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
 def sparse_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
@@ -83,6 +86,7 @@ def sparse_embeddings(
     return MaterializeResult(
         value=frame,
         metadata={
+            **table_metadata(frame),
             "vectors": len(frame),
             "model": encoder.model_name,
             "vocab_size": encoder.vocab_size,
@@ -93,7 +97,7 @@ def sparse_embeddings(
     )
 
 
-@asset(group_name=GROUP, partitions_def=source_shards)
+@asset(group_name=GROUP, partitions_def=source_shards, kinds={"python"}, owners=OWNERS, code_version="1")
 def embedding_cache_shard(
     context: AssetExecutionContext,
     catalog: CatalogResource,
@@ -133,7 +137,7 @@ def embedding_cache_shard(
     )
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+@asset(group_name=INDEX_GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
 def vocabulary(
     context: AssetExecutionContext,
     models: ModelResource,
@@ -161,6 +165,7 @@ def vocabulary(
     return MaterializeResult(
         value=frame,
         metadata={
+            **table_metadata(frame),
             "terms": len(frame),
             "model": encoder.model_name,
             "version": index_candidate.version,
@@ -172,3 +177,9 @@ def vocabulary(
             "preview": preview(frame, ["term", "doc_freq", "sources"], rows=10),
         },
     )
+
+
+# Each asset links to its source in the UI; the names are rebound so each is loaded once.
+dense_embeddings, sparse_embeddings, embedding_cache_shard, vocabulary = code_referenced(
+    dense_embeddings, sparse_embeddings, embedding_cache_shard, vocabulary
+)

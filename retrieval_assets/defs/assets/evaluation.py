@@ -27,11 +27,11 @@ from retrieval_assets.core.evaluation.benchmark import (
     ndcg_histogram,
     summarize,
 )
-from retrieval_assets.core.evaluation.gate import GateDecision, decide
+from retrieval_assets.core.evaluation.gate import LATENCY_METRIC, QUALITY_METRICS, GateDecision, decide
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
-from retrieval_assets.defs.assets.index import NIGHTLY_FRESHNESS
-from retrieval_assets.defs.metadata import log_progress, stopwatch
+from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, records_table, stopwatch
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexStorageResource,
@@ -49,16 +49,35 @@ def evaluated_version(context: AssetExecutionContext, versions: IndexVersions, r
     return versions.version(context.run.tags.get(EVALUATED_VERSION_TAG) or record.version)
 
 
-def _markdown(frame: pd.DataFrame) -> MetadataValue:
-    return MetadataValue.md(frame.to_markdown(index=False) if len(frame) else "_(empty)_")
+def _table(frame: pd.DataFrame) -> MetadataValue:
+    """A table in the UI; missing values (None, NaN) render blank."""
+    return records_table(frame.to_dict("records"), [str(c) for c in frame.columns])
+
+
+_GATE_COLUMNS = ["metric", "candidate", "promoted", "floor", "allowed_drop", "budget"]
 
 
 def _gate_table(decision: GateDecision) -> MetadataValue:
-    return _markdown(pd.DataFrame(decision.comparison).T.rename_axis("metric").reset_index())
+    """Candidate vs promoted, per gated metric; a blank cell is a value that does not apply or does not exist."""
+    rows = [{"metric": metric, **values} for metric, values in decision.comparison.items()]
+    return records_table(rows, _GATE_COLUMNS)
+
+
+def _gate_numbers(decision: GateDecision) -> dict[str, float]:
+    """The candidate's gated metrics and their differences from the promoted version, as floats that plot."""
+    numbers: dict[str, float] = {}
+    for metric in (*QUALITY_METRICS, LATENCY_METRIC):
+        values = decision.comparison.get(metric, {})
+        candidate, promoted = values.get("candidate"), values.get("promoted")
+        if candidate is not None:
+            numbers[f"candidate/{metric}"] = float(candidate)
+            if promoted is not None:
+                numbers[f"vs_promoted/{metric}"] = round(float(candidate) - float(promoted), 6)
+    return numbers
 
 
 def _history_table(versions: IndexVersions) -> MetadataValue:
-    return _markdown(pd.DataFrame(versions.quality_history()))
+    return _table(pd.DataFrame(versions.quality_history()))
 
 
 class EvaluationConfig(Config):
@@ -76,6 +95,9 @@ def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previ
 
 @asset(
     group_name=GROUP,
+    kinds={"python"},
+    owners=OWNERS,
+    code_version="1",
     check_specs=[
         AssetCheckSpec(
             "promotion_gate",
@@ -129,8 +151,8 @@ def retrieval_evaluation(
                 "configuration": DEFAULT_CONFIGURATION,
                 "options": MetadataValue.json(CONFIGURATIONS[DEFAULT_CONFIGURATION]),
                 **{metric: MetadataValue.float(value) for metric, value in summary[DEFAULT_CONFIGURATION].items()},
-                "configurations": _markdown(pd.DataFrame(summary).T.rename_axis("configuration").reset_index()),
-                "ndcg@10_distribution": _markdown(histogram),
+                "configurations": _table(pd.DataFrame(summary).T.rename_axis("configuration").reset_index()),
+                "ndcg@10_distribution": _table(histogram),
             }
     decision = decide(summary.get(DEFAULT_CONFIGURATION), previous, gate.settings())
     report_path = candidate.write_evaluation(
@@ -162,13 +184,25 @@ def retrieval_evaluation(
                 metadata={
                     "reasons": "; ".join(decision.reasons) or "all gates passed",
                     "candidate_vs_promoted": _gate_table(decision),
+                    "failed_gates": len(decision.reasons),
+                    **_gate_numbers(decision),
                 },
             )
         ],
     )
 
 
-@asset(group_name=GROUP, deps=[retrieval_evaluation], freshness_policy=NIGHTLY_FRESHNESS)
+# No freshness policy: promoted_index materializes only when a candidate passes the gate, so a
+# quiet night (nothing changed, or a candidate refused) would show it stale although nothing is
+# wrong. Nightly freshness is watched on index_version, which every nightly build materializes.
+@asset(
+    group_name=GROUP,
+    deps=[retrieval_evaluation],
+    kinds={"python"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
+)
 def promoted_index(
     context: AssetExecutionContext, storage: IndexStorageResource, index_version: CandidateRecord
 ) -> MaterializeResult:
@@ -196,3 +230,7 @@ def promoted_index(
             "quality_history": _history_table(versions),
         }
     )
+
+
+# Each asset links to its source in the UI; the names are rebound so each is loaded once.
+retrieval_evaluation, promoted_index = code_referenced(retrieval_evaluation, promoted_index)

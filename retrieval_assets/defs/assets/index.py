@@ -38,25 +38,45 @@ from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-from retrieval_assets.defs.metadata import stopwatch
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, stopwatch
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
     IndexStorageResource,
     ModelResource,
 )
 
-GROUP = "indexes"
+GROUP = "index"
+# Every asset that writes into an index version takes a slot of this pool (dagster.yaml:
+# `concurrency: pools: default_limit: 1`), so two builds never write one version at once.
+INDEX_WRITES_POOL = "index_writes"
 # Nightly builds: warn when an index misses one night, fail when it misses two.
 NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(hours=50), warn_window=timedelta(hours=26))
 
 
 def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
     specs = [
-        AssetCheckSpec("vector_count_matches_chunks", asset=asset_name, blocking=True),
-        AssetCheckSpec("chunk_ids_match_chunks", asset=asset_name, blocking=True),
+        AssetCheckSpec(
+            "vector_count_matches_chunks",
+            asset=asset_name,
+            blocking=True,
+            description="The index holds exactly one point per chunk of the build.",
+        ),
+        AssetCheckSpec(
+            "chunk_ids_match_chunks",
+            asset=asset_name,
+            blocking=True,
+            description="The index holds exactly the build's chunk ids: none missing, none unexpected.",
+        ),
     ]
     if dense:
-        specs.append(AssetCheckSpec("dimension_matches_model", asset=asset_name, blocking=True))
+        specs.append(
+            AssetCheckSpec(
+                "dimension_matches_model",
+                asset=asset_name,
+                blocking=True,
+                description="The index's vector dimension equals the dense encoder's output dimension.",
+            )
+        )
     return specs
 
 
@@ -100,7 +120,7 @@ def _index_result(
     return result
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"}, owners=OWNERS, code_version="1")
 def index_candidate(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
@@ -141,7 +161,15 @@ def _candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord)
     return storage.versions().version(candidate.version).layout
 
 
-@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("faiss_index"))
+@asset(
+    group_name=GROUP,
+    kinds={"faiss"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=_index_checks("faiss_index"),
+)
 def faiss_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
@@ -173,7 +201,15 @@ def faiss_index(
     )
 
 
-@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("qdrant_index"))
+@asset(
+    group_name=GROUP,
+    kinds={"qdrant"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=_index_checks("qdrant_index"),
+)
 def qdrant_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
@@ -213,7 +249,15 @@ def qdrant_index(
     )
 
 
-@asset(group_name=GROUP, freshness_policy=NIGHTLY_FRESHNESS, check_specs=_index_checks("lexical_index", dense=False))
+@asset(
+    group_name=GROUP,
+    kinds={"tantivy"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
+    freshness_policy=NIGHTLY_FRESHNESS,
+    check_specs=_index_checks("lexical_index", dense=False),
+)
 def lexical_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
@@ -235,8 +279,20 @@ def lexical_index(
 
 @asset(
     group_name=GROUP,
+    kinds={"qdrant", "opensearch"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
-    check_specs=[AssetCheckSpec("server_counts_match_chunks", asset="server_indexes", blocking=True)],
+    check_specs=[
+        AssetCheckSpec(
+            "server_counts_match_chunks",
+            asset="server_indexes",
+            blocking=True,
+            description="The Qdrant collection and the OpenSearch index each hold one document per chunk "
+            "(passes trivially when no server is configured).",
+        )
+    ],
 )
 def server_indexes(
     context: AssetExecutionContext,
@@ -283,6 +339,10 @@ def server_indexes(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     deps=["knowledge_graph", "vocabulary", faiss_index, qdrant_index, lexical_index, server_indexes],
+    kinds={"python"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=[
         AssetCheckSpec(
@@ -323,7 +383,19 @@ def index_version(
             AssetCheckResult(
                 check_name="backends_hold_same_chunk_ids",
                 passed=consistent,
-                metadata={"by_backend": MetadataValue.json(differences)},
+                metadata={
+                    "by_backend": MetadataValue.json(differences),
+                    "backends": len(differences),
+                    "disagreeing_backends": len(disagreeing_backends(differences)),
+                    "missing": sum(d["missing"] for d in differences.values()),
+                    "unexpected": sum(d["unexpected"] for d in differences.values()),
+                },
             )
         ],
     )
+
+
+# Each asset links to its source in the UI; the names are rebound so each is loaded once.
+index_candidate, faiss_index, qdrant_index, lexical_index, server_indexes, index_version = code_referenced(
+    index_candidate, faiss_index, qdrant_index, lexical_index, server_indexes, index_version
+)

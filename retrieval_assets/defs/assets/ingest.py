@@ -21,14 +21,21 @@ from retrieval_assets.core.io.tables import (
     frame_to_documents,
     quarantine_to_frame,
 )
-from retrieval_assets.defs.metadata import preview, stopwatch
+from retrieval_assets.core.ingest.cleaning import QuarantineReason
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource
 
-GROUP = "ingestion"
+GROUP = "ingest"
 MAX_QUARANTINE_RATIO = 0.2
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager")
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="1",
+)
 def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> MaterializeResult[pd.DataFrame]:
     """Every line of every configured catalog, undecoded beyond UTF-8, so that nothing is lost before cleaning."""
     sources = catalog.sources()
@@ -38,6 +45,7 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
     return MaterializeResult(
         value=frame,
         metadata={
+            **table_metadata(frame),
             "rows": len(frame),
             "rows_by_source": MetadataValue.json(frame["source"].value_counts().to_dict()),
             "sources": MetadataValue.json({name: s.model_dump() for name, s in sources.items()}),
@@ -49,8 +57,22 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
 @multi_asset(
     group_name=GROUP,
     outs={
-        "cleaned_documents": AssetOut(io_manager_key="parquet_io_manager"),
-        "quarantined_documents": AssetOut(io_manager_key="parquet_io_manager"),
+        "cleaned_documents": AssetOut(
+            io_manager_key="parquet_io_manager",
+            kinds={"parquet"},
+            owners=OWNERS,
+            code_version="1",
+            description="Documents cleaned from the raw catalog rows (NFKC, LaTeX and whitespace cleanup), "
+            "one per usable row, ready for chunking.",
+        ),
+        "quarantined_documents": AssetOut(
+            io_manager_key="parquet_io_manager",
+            kinds={"parquet"},
+            owners=OWNERS,
+            code_version="1",
+            description="Raw rows that cleaning could not use, each with its line number, reason and detail; "
+            "kept for inspection and never indexed.",
+        ),
     },
     check_specs=[
         AssetCheckSpec(
@@ -71,15 +93,19 @@ def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, 
             f"row accounting broke: {len(raw_catalog)} in, {len(kept)} kept + {len(quarantined)} quarantined"
         )
     by_reason = quarantined["reason"].value_counts().to_dict() if len(quarantined) else {}
+    # Every reason, zeros included, as numbers: the UI plots each one over time.
+    counts_by_reason = {f"quarantined/{r.value}": int(by_reason.get(r.value, 0)) for r in QuarantineReason}
     ratio = len(quarantined) / max(len(raw_catalog), 1)
     yield Output(
         kept,
         output_name="cleaned_documents",
         metadata={
+            **table_metadata(kept),
             "rows_in": len(raw_catalog),
             "documents": len(kept),
             "quarantined": len(quarantined),
             "quarantine_by_reason": MetadataValue.json(by_reason),
+            **counts_by_reason,
             "seconds": timer["seconds"],
             "preview": preview(kept, ["doc_id", "title", "text"]),
         },
@@ -88,8 +114,10 @@ def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, 
         quarantined,
         output_name="quarantined_documents",
         metadata={
+            **table_metadata(quarantined),
             "rows": len(quarantined),
             "by_reason": MetadataValue.json(by_reason),
+            **counts_by_reason,
             "preview": preview(quarantined, ["line_number", "doc_id", "reason", "detail"]),
         },
     )
@@ -97,16 +125,34 @@ def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, 
         check_name="quarantine_ratio_below_threshold",
         asset_key="cleaned_documents",
         passed=ratio <= MAX_QUARANTINE_RATIO,
-        metadata={"ratio": round(ratio, 4), "threshold": MAX_QUARANTINE_RATIO},
+        metadata={
+            "ratio": round(ratio, 4),
+            "threshold": MAX_QUARANTINE_RATIO,
+            "quarantined": len(quarantined),
+            "rows_in": len(raw_catalog),
+        },
     )
 
 
 @asset(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="1",
     check_specs=[
-        AssetCheckSpec("chunk_ids_unique", asset="chunks", blocking=True),
-        AssetCheckSpec("no_empty_chunk_text", asset="chunks", blocking=True),
+        AssetCheckSpec(
+            "chunk_ids_unique",
+            asset="chunks",
+            blocking=True,
+            description="No two chunks share a chunk id: every id {doc_id}#{n} names one chunk.",
+        ),
+        AssetCheckSpec(
+            "no_empty_chunk_text",
+            asset="chunks",
+            blocking=True,
+            description="Every chunk has text left after stripping whitespace.",
+        ),
     ],
 )
 def chunks(
@@ -121,6 +167,7 @@ def chunks(
     return MaterializeResult(
         value=frame,
         metadata={
+            **table_metadata(frame),
             "chunks": len(frame),
             "documents": int(frame["doc_id"].nunique()),
             "chunker": settings.kind,
@@ -131,7 +178,11 @@ def chunks(
             "preview": preview(frame, ["chunk_id", "section", "text"]),
         },
         check_results=[
-            AssetCheckResult(check_name="chunk_ids_unique", passed=duplicates == 0, metadata={"duplicates": duplicates}),
-            AssetCheckResult(check_name="no_empty_chunk_text", passed=empty == 0, metadata={"empty": empty}),
+            AssetCheckResult(check_name="chunk_ids_unique", passed=duplicates == 0, metadata={"duplicates": duplicates, "chunks": len(frame)}),
+            AssetCheckResult(check_name="no_empty_chunk_text", passed=empty == 0, metadata={"empty": empty, "chunks": len(frame)}),
         ],
     )
+
+
+# Each asset links to its source in the UI; the names are rebound so each is loaded once.
+raw_catalog, cleaned_documents, chunks = code_referenced(raw_catalog, cleaned_documents, chunks)
