@@ -21,6 +21,7 @@ from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.jobs import BUILD, EVALUATION
 from retrieval_assets.defs.resources import (
     CatalogResource,
+    IndexBuildResource,
     IndexStorageResource,
     ModelResource,
     SearchResource,
@@ -31,15 +32,19 @@ from retrieval_assets.defs.resources import (
 def deployment_resources(
     home: str | Path, catalog: CatalogResource, models: ModelResource | None = None, **overrides: Any
 ) -> dict[str, Any]:
-    """The code location's resources with artifacts and indexes under ``home`` and this catalog."""
+    """The code location's resources with artifacts and indexes under ``home`` and this catalog
+    (embedded engines only: servers named in the environment are left alone)."""
     storage = IndexStorageResource(home=str(home))
     models = models or ModelResource()
+    # Indexing and querying share one build resource, so both use the same context-token mapping.
+    build = overrides.pop("build", None) or IndexBuildResource()
     return {
         **code_location_resources(),
         "catalog": catalog,
         "models": models,
         "storage": storage,
-        "search": SearchResource(storage=storage, models=models),
+        "build": build,
+        "search": SearchResource(storage=storage, models=models, build=build),
         "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
         **overrides,
     }

@@ -1,24 +1,22 @@
 """Incremental builds through the build job on the real encoders: only new or changed text is
-encoded, removed documents leave every backend, and a build killed midway converges on re-run to
-the index an uninterrupted build writes, without touching the promoted version."""
+encoded, and removed documents leave every backend (crash recovery: ``test_crash_recovery.py``)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.embed.cache import MAX_SEGMENTS
+from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.index.build import backend_chunk_ids
-from retrieval_assets.defs.resources import IndexBuildResource, ModelResource
+from retrieval_assets.defs.resources import ModelResource
 from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.core.embed.cache import EmbeddingCache, encode_with_cache
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
@@ -26,7 +24,6 @@ from retrieval_assets.core.models import SparseVector
 from retrieval_assets.core.retrieval.searcher import open_retriever
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.core.embed.vectors import dense_values
-from retrieval_assets.core.index.versions import IndexVersions
 
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 QUERIES = ("align sequencing reads to a reference genome", "variant calling", "sort BAM files")
@@ -150,16 +147,6 @@ def test_cache_is_keyed_by_encoder_fingerprint(tmp_path: Path) -> None:
     assert len(one.segments()) == 1 and list(one.lookup(["k1", "k2", "k3"])["content_hash"]) == ["k1"]
 
 
-# Builds a catalog in a child process through the build job, one encoder block of 2 texts per
-# durable cache segment.
-_CHILD_BUILD = """
-import sys
-from retrieval_assets.defs.resources import IndexBuildResource
-from retrieval_assets_tests.builds import build_catalog
-build_catalog(sys.argv[2], sys.argv[1], build=IndexBuildResource(embedding_block_rows=2))
-"""
-
-
 def _variants(tools: list[dict], copies: int) -> list[dict]:
     """Distinct tools with distinct text, enough that encoding takes many blocks."""
     return [
@@ -167,40 +154,6 @@ def _variants(tools: list[dict], copies: int) -> list[dict]:
         for n in range(copies)
         for tool in tools
     ]
-
-
-def test_killed_build_converges_and_never_touches_the_promoted_version(tmp_path: Path, encoders) -> None:
-    tools = _tools()
-    home = tmp_path / "home"
-    small = IndexBuildResource(embedding_block_rows=2)
-    _, served = build_catalog(home, _write(tmp_path / "catalog.jsonl", tools), build=small)
-    versions = IndexVersions(home / "indexes")
-    versions.promote(served, reason="test")
-    pointer, answers = (home / "indexes" / "promoted.json").read_bytes(), _answers(served.layout, encoders)
-
-    catalog = _write(tmp_path / "catalog.jsonl", tools + _variants(tools, 3))
-    dense_segments = embedding_cache(home / "embedding_cache", "dense", encoders[0])
-    before = len(dense_segments.segments())
-    child = subprocess.Popen([sys.executable, "-c", _CHILD_BUILD, str(catalog), str(home)])
-    deadline = time.monotonic() + 180
-    while len(dense_segments.segments()) < before + 2 and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    child.kill()  # SIGKILL: no cleanup of any kind runs
-    assert child.wait() == -9, "the build finished before it could be killed"
-
-    # Midway: some vectors are durable, no new version is complete, serving never moved.
-    assert len(dense_segments.segments()) > before
-    assert [v.id for v in versions.sealed()] == [served.id]
-    assert (home / "indexes" / "promoted.json").read_bytes() == pointer
-    assert _answers(versions.promoted().layout, encoders) == answers
-
-    resumed, resumed_version = build_catalog(home, catalog, build=small)
-    assert 0 < resumed.encoded["dense"] < len(_variants(tools, 3))
-    _, reference = build_catalog(tmp_path / "reference", catalog, build=small)
-    assert resumed_version.id == reference.id
-    assert backend_chunk_ids(resumed_version) == backend_chunk_ids(reference)
-    assert _answers(resumed_version.layout, encoders) == _answers(reference.layout, encoders)
-    assert (home / "indexes" / "promoted.json").read_bytes() == pointer
 
 
 def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Path, capsys) -> None:
@@ -219,3 +172,22 @@ def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Pa
     latency = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(latency["runs"]) == {"bm25", "dense", "splade", "hybrid"} and latency["chunks"] == figures["chunks"]
     assert all(0 < run["p50_ms"] <= run["p95_ms"] for run in latency["runs"].values())
+
+
+def test_nightly_build_merges_a_grown_cache_into_live_vectors(tmp_path: Path, encoders) -> None:
+    """The embedding assets, which every nightly run materializes, keep the cache bounded."""
+    home = tmp_path / "home"
+    catalog = _write(tmp_path / "catalog.jsonl", _tools())
+    build_catalog(home, catalog)
+    cache = embedding_cache(home / "embedding_cache", "dense", encoders[0])
+    live_keys = list(pd.read_parquet(home / "artifacts" / "dense_embeddings.parquet")["content_hash"])
+    stale = cache.lookup(live_keys[:1]).assign(content_hash="stale")
+    before = len(cache.segments())
+    for _ in range(MAX_SEGMENTS):
+        cache.append(stale)
+    assert len(cache.segments()) == before + MAX_SEGMENTS > MAX_SEGMENTS
+
+    again, _ = build_catalog(home, catalog)
+    assert again.candidate.reused and again.encoded["dense"] == 0
+    assert len(cache.segments()) == 1
+    assert cache.lookup(["stale"]).empty and set(cache.lookup(live_keys)["content_hash"]) == set(live_keys)

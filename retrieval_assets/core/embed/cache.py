@@ -18,6 +18,7 @@ import pandas as pd
 
 from retrieval_assets.core.embed.base import ProgressCallback
 from retrieval_assets.core.io.tables import write_parquet
+from retrieval_assets.core.faults import fault_point
 
 KEY = "content_hash"
 SEGMENT_GLOB = "segment-*.parquet"
@@ -112,6 +113,7 @@ def encode_with_cache(
             raise ValueError(f"encoder returned {len(encoded)} rows for {len(block_keys)} texts")
         encoded.insert(0, KEY, pd.Series(block_keys, dtype="string"))
         cache.append(encoded)
+        fault_point("encode")
         blocks.append(encoded)
     if not keys:
         blocks = [encode_block([], None).assign(**{KEY: pd.Series([], dtype="string")})]

@@ -36,6 +36,7 @@ from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets.core.faults import fault_point
 
 # Points per slice handed to a Qdrant or OpenSearch build.
 UPSERT_ROWS = 4096
@@ -103,6 +104,7 @@ def keyword_facets(payloads: Sequence[Payload], field_types: Mapping[str, FieldT
 def write_vocabulary(frame: pd.DataFrame, layout: IndexLayout) -> None:
     """The vocabulary next to the indexes, where the query side reads it."""
     write_parquet(frame, layout.vocabulary)
+    fault_point("vocabulary")
 
 
 # A slice of the points of a build: payloads with their dense and sparse vectors.
@@ -138,6 +140,7 @@ def build_faiss_index(
     matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
     store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
     store.upsert_dense(payloads, matrix)
+    fault_point("faiss_index")
     store.finalize()
     write_build_manifest(path, dense_model=model_name, dim=int(matrix.shape[1]), count=store.count())
     return store
@@ -156,6 +159,7 @@ def build_qdrant_index(
     store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, overwrite=True)
     for payloads, vectors, sparse_part in batches:
         store.upsert(payloads, dense=vectors, sparse=sparse_part)
+        fault_point("qdrant_index")
     store.finalize()
     write_build_manifest(path, dense_model=dense_model, sparse_model=sparse_model, dim=dim, count=store.count())
     return store
@@ -168,6 +172,7 @@ def build_lexical_index(
     field_types = infer_field_types(payloads)
     store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
     store.add(payloads)
+    fault_point("tantivy_index")
     store.finalize()
     write_build_manifest(path, count=store.count(), facets=keyword_facets(payloads, field_types))
     return store
@@ -216,6 +221,7 @@ def seal_candidate(
     broken = disagreeing_backends(backend_differences(held, expected))
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
+    fault_point("seal")
     return versions.seal(version, fingerprint, chunks=len(expected), documents=int(chunks["doc_id"].nunique()), **facts)
 
 
@@ -231,6 +237,7 @@ def publish_graph(graph: GraphBuild, documents: list[Document], path: Path) -> d
         path.unlink(missing_ok=True)
     else:
         save_edges(graph.edges, path)
+        fault_point("graph")
     return violations
 
 

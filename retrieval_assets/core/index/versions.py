@@ -24,6 +24,7 @@ from typing import Any
 
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.faults import fault_point
 
 VERSION_MANIFEST = "version.json"
 EVALUATION_REPORT = "evaluation.json"
@@ -126,6 +127,7 @@ class IndexVersions:
             "reason": reason,
             **facts,
         }
+        fault_point("promote")
         write_json(record, self.root / POINTER)  # readers see the old pointer or the new one
         self.log("promoted", **record)
 

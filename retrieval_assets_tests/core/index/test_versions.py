@@ -11,6 +11,7 @@ import pytest
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.core.evaluation.gate import GateSettings, decide
+from retrieval_assets.core.embed.base import DenseEncoder
 from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.core.index.versions import IndexVersions, VersionError
 from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
@@ -100,15 +101,48 @@ def _catalog(path: Path, records: list[str]) -> Path:
     return path
 
 
+class HeldQuery:
+    """A query encoder that, once armed, holds the next query mid-flight (after the pointer was
+    read, before any engine is searched) until released."""
+
+    def __init__(self) -> None:
+        self.armed, self.entered, self.release = False, threading.Event(), threading.Event()
+
+    def wrap(self, encoder: DenseEncoder) -> DenseEncoder:
+        held = self
+
+        class Held(DenseEncoder):
+            model_name, dim, max_length = encoder.model_name, encoder.dim, encoder.max_length
+
+            def encode_documents(self, texts, progress=None):
+                return encoder.encode_documents(texts, progress)
+
+            def encode_queries(self, texts):
+                if held.armed:
+                    held.armed = False
+                    held.entered.set()
+                    assert held.release.wait(60), "the held query was never released"
+                return encoder.encode_queries(texts)
+
+        return Held()
+
+
+HELD = HeldQuery()
+
+
+class HeldModels(ModelResource):
+    def dense_encoder(self) -> DenseEncoder:
+        return HELD.wrap(super().dense_encoder())
+
+
 def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path) -> None:
     storage = IndexStorageResource(home=str(tmp_path))
-    models = ModelResource()
     lines = TOOLS.read_text().splitlines()
     versions = storage.versions()
     _, old = build_catalog(tmp_path, _catalog(tmp_path / "old.jsonl", lines[:9]))
     _, new = build_catalog(tmp_path, _catalog(tmp_path / "new.jsonl", lines[9:]))
     versions.promote(old, reason="test")
-    service = SearchService.from_resource(SearchResource(storage=storage, models=models))
+    service = SearchService.for_searcher(SearchResource(storage=storage, models=HeldModels()).searcher)
     request = SearchRequest(query="sequence alignment and variant calling tools", top_k=5)
 
     def ids() -> list[str]:
@@ -119,6 +153,19 @@ def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path)
     after = ids()
     versions.promote(old, reason="test")
     assert before != after and set(before).isdisjoint(after)
+
+    # One request is provably mid-flight on the old version when the pointer moves, and another
+    # request opens the new version meanwhile: the held one still finishes on the old version.
+    HELD.armed = True
+    held_answer: list[list[str]] = []
+    in_flight = threading.Thread(target=lambda: held_answer.append(ids()))
+    in_flight.start()
+    assert HELD.entered.wait(60), "the request never reached the encoder"
+    versions.promote(new, reason="promotion during a request")
+    assert ids() == after
+    HELD.release.set()
+    in_flight.join(60)
+    assert held_answer == [before]
 
     answers, errors = [], []
 
