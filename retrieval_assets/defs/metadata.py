@@ -74,12 +74,6 @@ def preview(frame: pd.DataFrame, columns: Sequence[str], rows: int = 5) -> Metad
     )
 
 
-def markdown_table(frame: pd.DataFrame) -> MetadataValue:
-    """A markdown table, for a value that code reads as text; prefer ``preview`` / ``records_table``."""
-    shown = frame.astype(object).where(frame.notna(), "")
-    return MetadataValue.md(shown.to_markdown(index=False) if len(shown) else "_(empty)_")
-
-
 def records_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> MetadataValue:
     """A table from plain rows (missing values blank), every column typed by its first non-blank cell."""
     cells = [{c: _cell(row.get(c)) for c in columns} for row in rows]

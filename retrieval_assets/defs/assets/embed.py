@@ -8,16 +8,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
-from retrieval_assets.core.index.build import write_vocabulary
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
 from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache
 from retrieval_assets.core.io.tables import frame_to_chunks
-from retrieval_assets.core.index.vocabulary import build_vocabulary, term_key
-from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch, table_metadata
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, stopwatch, table_metadata
 from retrieval_assets.defs.partitions import shard_of, source_shards
 from retrieval_assets.defs.resources import (
     CatalogResource,
@@ -30,7 +27,6 @@ from retrieval_assets.defs.resources import (
 GROUP = "embed"
 # vocabulary is written into the candidate version: it belongs to the index stage (and, being
 # downstream of index_candidate, would otherwise make the embed and index groups depend on each other).
-INDEX_GROUP = "index"
 
 
 def _cache_metadata(stats: CacheStats, seconds: float, cache: EmbeddingCache) -> dict[str, Any]:
@@ -137,49 +133,7 @@ def embedding_cache_shard(
     )
 
 
-@asset(group_name=INDEX_GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
-def vocabulary(
-    context: AssetExecutionContext,
-    models: ModelResource,
-    storage: IndexStorageResource,
-    build: IndexBuildResource,
-    chunks: pd.DataFrame,
-    index_candidate: CandidateRecord,
-) -> MaterializeResult[pd.DataFrame]:
-    """Terms from names, descriptions and keywords with their embeddings, for query expansion.
-
-    Written into the candidate version too, where the query resource reads it without Dagster."""
-    encoder = models.dense_encoder()
-    layout = storage.versions().version(index_candidate.version).layout
-    with stopwatch() as timer:
-        if index_candidate.reused:
-            frame, stats = pd.read_parquet(layout.vocabulary), None
-        else:
-            terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)
-            frame, stats = build_vocabulary(
-                frame_to_chunks(chunks), encoder, build.vocabulary(), terms_cache, log_progress(context, "vocabulary")
-            )
-            write_vocabulary(frame, layout)
-            terms_cache.compact(list(map(term_key, frame["term"])))
-    sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
-    return MaterializeResult(
-        value=frame,
-        metadata={
-            **table_metadata(frame),
-            "terms": len(frame),
-            "model": encoder.model_name,
-            "version": index_candidate.version,
-            "reused_version": index_candidate.reused,
-            "terms_encoded": stats.encoded if stats else 0,
-            "terms_by_source": MetadataValue.json(sources),
-            "path": str(layout.vocabulary),
-            "seconds": timer["seconds"],
-            "preview": preview(frame, ["term", "doc_freq", "sources"], rows=10),
-        },
-    )
-
-
 # Each asset links to its source in the UI; the names are rebound so each is loaded once.
-dense_embeddings, sparse_embeddings, embedding_cache_shard, vocabulary = code_referenced(
-    dense_embeddings, sparse_embeddings, embedding_cache_shard, vocabulary
+dense_embeddings, sparse_embeddings, embedding_cache_shard = code_referenced(
+    dense_embeddings, sparse_embeddings, embedding_cache_shard
 )

@@ -16,8 +16,8 @@ from retrieval_assets.core.index.build import graph_violations, publish_graph
 from retrieval_assets.core.index.graph import collect_tool_graph, graph_summary
 from retrieval_assets.core.io.tables import frame_to_documents
 from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.defs.assets.index import NIGHTLY_FRESHNESS
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, markdown_table, stopwatch, table_metadata
+from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL, NIGHTLY_FRESHNESS
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import IndexBuildResource, IndexStorageResource
 
 GROUP = "index"
@@ -31,6 +31,7 @@ TOP_DEGREE_ROWS = 10
     owners=OWNERS,
     code_version="1",
     freshness_policy=NIGHTLY_FRESHNESS,
+    pool=INDEX_WRITES_POOL,
     check_specs=[
         AssetCheckSpec(
             "graph_edges_within_tenant",
@@ -82,7 +83,7 @@ def knowledge_graph(
             "graph_path": str(path) if passed else "(not published)",
             "seconds": timer["seconds"],
             # Markdown, not a table: it is read as text (retrieval_assets_tests/defs/test_knowledge_graph_asset.py).
-            "top_degree": markdown_table(top.head(TOP_DEGREE_ROWS)),
+            "top_degree": preview(top, list(top.columns), rows=TOP_DEGREE_ROWS),
         },
         check_results=[
             AssetCheckResult(check_name="graph_edges_within_tenant", passed=passed, metadata={**violations, "violations": sum(violations.values())}),

@@ -31,6 +31,7 @@ from retrieval_assets.core.index.build import (
     disagreeing_backends,
     point_batches,
     seal_candidate,
+    write_vocabulary,
 )
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.index.versions import CandidateRecord
@@ -38,7 +39,10 @@ from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, stopwatch
+from retrieval_assets.core.embed.steps import embedding_cache
+from retrieval_assets.core.index.vocabulary import build_vocabulary, term_key
+from retrieval_assets.core.io.tables import frame_to_chunks
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
     IndexStorageResource,
@@ -153,6 +157,55 @@ def index_candidate(
             "reused": record.reused,
             "path": str(version.path),
             "promoted_version": promoted.id if promoted else "(none)",
+        },
+    )
+
+
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="1",
+    pool=INDEX_WRITES_POOL,
+)
+def vocabulary(
+    context: AssetExecutionContext,
+    models: ModelResource,
+    storage: IndexStorageResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
+    index_candidate: CandidateRecord,
+) -> MaterializeResult[pd.DataFrame]:
+    """Terms from names, descriptions and keywords with their embeddings, for query expansion.
+
+    Written into the candidate version too, where the query resource reads it without Dagster."""
+    encoder = models.dense_encoder()
+    layout = storage.versions().version(index_candidate.version).layout
+    with stopwatch() as timer:
+        if index_candidate.reused:
+            frame, stats = pd.read_parquet(layout.vocabulary), None
+        else:
+            terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)
+            frame, stats = build_vocabulary(
+                frame_to_chunks(chunks), encoder, build.vocabulary(), terms_cache, log_progress(context, "vocabulary")
+            )
+            write_vocabulary(frame, layout)
+            terms_cache.compact(list(map(term_key, frame["term"])))
+    sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
+    return MaterializeResult(
+        value=frame,
+        metadata={
+            **table_metadata(frame),
+            "terms": len(frame),
+            "model": encoder.model_name,
+            "version": index_candidate.version,
+            "reused_version": index_candidate.reused,
+            "terms_encoded": stats.encoded if stats else 0,
+            "terms_by_source": MetadataValue.json(sources),
+            "path": str(layout.vocabulary),
+            "seconds": timer["seconds"],
+            "preview": preview(frame, ["term", "doc_freq", "sources"], rows=10),
         },
     )
 
@@ -338,7 +391,7 @@ def server_indexes(
 @asset(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
-    deps=["knowledge_graph", "vocabulary", faiss_index, qdrant_index, lexical_index, server_indexes],
+    deps=["knowledge_graph", vocabulary, faiss_index, qdrant_index, lexical_index, server_indexes],
     kinds={"python"},
     owners=OWNERS,
     code_version="1",
@@ -396,6 +449,6 @@ def index_version(
 
 
 # Each asset links to its source in the UI; the names are rebound so each is loaded once.
-index_candidate, faiss_index, qdrant_index, lexical_index, server_indexes, index_version = code_referenced(
-    index_candidate, faiss_index, qdrant_index, lexical_index, server_indexes, index_version
+index_candidate, vocabulary, faiss_index, qdrant_index, lexical_index, server_indexes, index_version = code_referenced(
+    index_candidate, vocabulary, faiss_index, qdrant_index, lexical_index, server_indexes, index_version
 )

@@ -20,7 +20,6 @@ from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
 from retrieval_assets.core.ingest.catalog import CatalogSource, read_raw_rows
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
-from retrieval_assets.core.io.tables import documents_to_frame
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource
