@@ -131,24 +131,28 @@ def cmd_versions(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     """Serve the previously promoted version again (or --to VERSION) through ``rollback_job``, so
     the Dagster UI records the switch on ``promoted_index`` just as the pointer moves."""
+    from retrieval_assets.core.index.versions import VersionError
     from retrieval_assets.definitions import configured_storage, defs
 
     with configured_storage() as storage:
-        before = storage.versions().promoted()
+        versions = storage.versions()
+        before = versions.promoted()
+        try:
+            versions.rollback_target(args.to)  # a bad target is a message, not a failed run
+        except VersionError as exc:
+            print(f"rollback: {exc}", file=sys.stderr)
+            return 2
     run_config = {"ops": {"rollback_promoted_version": {"config": {"to_version": args.to}}}}
     result = defs.resolve_job_def("rollback_job").execute_in_process(
         instance=_instance(), run_config=run_config, raise_on_error=False
     )
     if not result.success:
-        failure = next((e for e in result.all_events if e.is_step_failure), None)
-        message = failure.step_failure_data.error.message.strip() if failure else "see the run log above"
-        print(f"rollback: {message}", file=sys.stderr)
-        return 2
+        print("rollback: rollback_job failed; see the run log above", file=sys.stderr)
+        return 1
     with configured_storage() as storage:
         target = storage.versions().promoted()
     print(f"serving {target.id} (was {before.id if before else 'nothing'})")
     return 0
-
 
 def cmd_search(args: argparse.Namespace) -> int:
     from retrieval_assets.definitions import configured_search
