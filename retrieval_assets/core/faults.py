@@ -13,7 +13,7 @@ import signal
 FAULT_ENV = "RETRIEVAL_ASSETS_FAULT_AT"
 # Every point, in build order: the first durable embedding segment, each index half-written,
 # the vocabulary and graph written, everything written but not sealed, the pointer swap.
-FAULT_POINTS = ("encode", "faiss_index", "qdrant_index", "tantivy_index", "vocabulary", "graph", "seal", "promote")
+FAULT_POINTS = ("encode", "faiss_index", "qdrant_edge_index", "tantivy_index", "vocabulary", "graph", "seal", "promote")
 
 
 def fault_point(name: str) -> None:

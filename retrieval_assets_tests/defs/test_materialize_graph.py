@@ -69,7 +69,7 @@ def test_graph_materializes_with_counts(built, tiny_beir: Path) -> None:
     assert len(chunks) >= len(cleaned)
     assert set(chunks["doc_id"]) == set(cleaned["doc_id"])
     assert len(dense) == len(sparse) == len(chunks)
-    for index in ("faiss_index", "qdrant_index", "lexical_index"):
+    for index in ("faiss_index", "qdrant_edge_index", "tantivy_index"):
         assert _metadata(result, index)["points"] == len(chunks)
     assert all(check.passed for check in result.get_asset_check_evaluations())
 

@@ -134,7 +134,7 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
 
 def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
     graph = defs.resolve_asset_graph()
-    for name in ("faiss_index", "qdrant_index", "lexical_index", "knowledge_graph", "index_version"):
+    for name in ("faiss_index", "qdrant_edge_index", "tantivy_index", "knowledge_graph", "index_version"):
         assert graph.get(AssetKey(name)).freshness_policy is not None, name
     # Promotion happens only when a candidate passes: quiet nights must not read as stale.
     assert graph.get(AssetKey("promoted_index")).freshness_policy is None

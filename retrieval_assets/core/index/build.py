@@ -159,7 +159,7 @@ def build_qdrant_index(
     store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, overwrite=True)
     for payloads, vectors, sparse_part in batches:
         store.upsert(payloads, dense=vectors, sparse=sparse_part)
-        fault_point("qdrant_index")
+        fault_point("qdrant_edge_index")
     store.finalize()
     write_build_manifest(path, dense_model=dense_model, sparse_model=sparse_model, dim=dim, count=store.count())
     return store

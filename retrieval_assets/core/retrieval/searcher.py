@@ -41,7 +41,7 @@ def open_retriever(
     name. The vocabulary and the tool graph are optional: without them expansion and graph
     expansion have nothing to add, and the diagnostics say so.
     """
-    for label, path in (("faiss_index", layout.faiss), ("qdrant_index", layout.qdrant), ("lexical_index", layout.lexical)):
+    for label, path in (("faiss_index", layout.faiss), ("qdrant_edge_index", layout.qdrant), ("tantivy_index", layout.lexical)):
         if not path.exists():
             raise BackendNotAvailableError(f"no index at {path}: materialize the {label} asset first")
     servers = dict(server_stores or {})

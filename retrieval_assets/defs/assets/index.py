@@ -261,9 +261,9 @@ def faiss_index(
     code_version="1",
     pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
-    check_specs=_index_checks("qdrant_index"),
+    check_specs=_index_checks("qdrant_edge_index"),
 )
-def qdrant_index(
+def qdrant_edge_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
@@ -309,9 +309,9 @@ def qdrant_index(
     code_version="1",
     pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
-    check_specs=_index_checks("lexical_index", dense=False),
+    check_specs=_index_checks("tantivy_index", dense=False),
 )
-def lexical_index(
+def tantivy_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     build: IndexBuildResource,
@@ -391,7 +391,7 @@ def server_indexes(
 @asset(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
-    deps=["knowledge_graph", vocabulary, faiss_index, qdrant_index, lexical_index, server_indexes],
+    deps=["knowledge_graph", vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes],
     kinds={"python"},
     owners=OWNERS,
     code_version="1",
@@ -449,6 +449,6 @@ def index_version(
 
 
 # Each asset links to its source in the UI; the names are rebound so each is loaded once.
-index_candidate, vocabulary, faiss_index, qdrant_index, lexical_index, server_indexes, index_version = code_referenced(
-    index_candidate, vocabulary, faiss_index, qdrant_index, lexical_index, server_indexes, index_version
+index_candidate, vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes, index_version = code_referenced(
+    index_candidate, vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes, index_version
 )
