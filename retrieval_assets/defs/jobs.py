@@ -1,4 +1,4 @@
-"""Jobs.
+"""Jobs: the incremental build, evaluation with gated promotion, the cache warm-up, rollback.
 
 ``index_build_job`` is the whole incremental build, unpartitioned, ending at the sealed
 candidate; the candidate sensor then starts ``evaluation_job``, which promotes only through the

@@ -229,13 +229,10 @@ class IndexStorageResource(ConfigurableResource):
 class IndexBuildResource(ConfigurableResource, IndexBuildSettings):
     """What an index version holds besides the chunk indexes (part of its fingerprint), and how it is built."""
 
-    vocabulary_settings: VocabularyConfig = VocabularyConfig()
+    vocabulary: VocabularyConfig = VocabularyConfig()
     # File-extension and metadata mappings to ``format:`` tokens; the search resource reads them
     # from here, so queries and records are tokenised alike.
     context_tokens: ContextTokenConfig = ContextTokenConfig()
-
-    def vocabulary(self) -> VocabularySettings:
-        return self.vocabulary_settings
 
 
 class PromotionGateResource(ConfigurableResource, GateSettings):

@@ -130,6 +130,19 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
     assert deployment.served_answer() == served
     [event] = rolled_back.get_asset_materialization_events()
     assert event.asset_key == AssetKey("promoted_index")
+    assert event.materialization.metadata["version"].value == first.version
+
+    # Forward again to a named version: the job's materialization and the pointer agree.
+    to_second = rollback_job.execute_in_process(
+        resources={"storage": deployment.storage},
+        instance=deployment.instance,
+        run_config={"ops": {"rollback_promoted_version": {"config": {"to_version": second}}}},
+    )
+    assert to_second.success and versions.promoted().id == second
+    [event] = to_second.get_asset_materialization_events()
+    assert event.materialization.metadata["version"].value == second
+    latest = deployment.instance.get_latest_materialization_event(AssetKey("promoted_index"))
+    assert latest.asset_materialization.metadata["version"].value == versions.promoted().id
 
 
 def test_definitions_schedule_freshness_sensors_and_jobs() -> None:

@@ -137,7 +137,7 @@ def index_candidate(
         chunks,
         models.dense_encoder(),
         models.sparse_encoder(),
-        build.vocabulary(),
+        build.vocabulary,
         build.graph_domain_fields,
         build.context_tokens,
     )
@@ -188,7 +188,7 @@ def vocabulary(
         else:
             terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)
             frame, stats = build_vocabulary(
-                frame_to_chunks(chunks), encoder, build.vocabulary(), terms_cache, log_progress(context, "vocabulary")
+                frame_to_chunks(chunks), encoder, build.vocabulary, terms_cache, log_progress(context, "vocabulary")
             )
             write_vocabulary(frame, layout)
             terms_cache.compact(list(map(term_key, frame["term"])))
