@@ -1,8 +1,9 @@
 """The index versions on Qdrant and OpenSearch servers, when they are configured.
 
 Each version gets its own collection / index, ``{alias}-{version}``, written by the build like
-the embedded indexes and checked against the same chunk ids. Promotion moves the server aliases
-(atomically on each server) before the promotion pointer, so clients that read the aliases
+the embedded indexes and checked against the same chunk ids. Promotion snapshots the version (OpenSearch,
+when a snapshot repository is configured), then moves the server aliases (atomically on each
+server) before the promotion pointer, so clients that read the aliases
 directly switch together with the query resource; the query resource itself addresses the
 versioned names, so it serves exactly the version the pointer names. Qdrant serves dense and
 SPLADE search, OpenSearch BM25 (and SPLADE when no Qdrant is configured).
@@ -99,8 +100,13 @@ class ServerIndexes:
         """The stores that serve ``version``, by the strategy each serves (Qdrant SPLADE over OpenSearch's)."""
         served: dict[Strategy, IndexStore] = {}
         if self._opensearch is not None:
-            opensearch = OpenSearchStore.open(self._opensearch, self.name(version), retry=self.retry)
-            served |= {Strategy.BM25: opensearch, Strategy.SPLADE: opensearch}
+            opensearch = OpenSearchStore.open(
+                self._opensearch, self.name(version), retry=self.retry,
+                snapshot_repository=self.settings.snapshot_repository,
+            )
+            served[Strategy.BM25] = opensearch
+            if opensearch.sparse:  # a lexical-only index (built next to Qdrant) has no SPLADE features
+                served[Strategy.SPLADE] = opensearch
         if self._qdrant is not None:
             qdrant = QdrantServerStore.open(self._qdrant, self.name(version), retry=self.retry)
             served |= {Strategy.DENSE: qdrant, Strategy.SPLADE: qdrant}
@@ -109,21 +115,30 @@ class ServerIndexes:
     def chunk_ids(self, version: str) -> dict[str, set[str]]:
         return {store.backend: store.chunk_ids() for store in {id(s): s for s in self.stores(version).values()}.values()}
 
-    def promote(self, version: str) -> None:
-        """Move the aliases to ``version``: Qdrant, then OpenSearch. If OpenSearch refuses, the
-        Qdrant alias is moved back, so the servers never disagree about what serves."""
+    def promote(self, version: str, *, snapshot: bool = True) -> None:
+        """Move the aliases to ``version``: snapshot first, then Qdrant, then OpenSearch.
+
+        The OpenSearch snapshot (when a repository is configured and ``snapshot``) is taken
+        before any alias moves, so a snapshot that fails leaves every alias, and the pointer
+        the caller moves afterwards, where they were. If OpenSearch then refuses the alias
+        change, the Qdrant alias is moved back (or removed, if it named nothing before), so the
+        servers never disagree about what serves. Alias changes and the snapshot run under the
+        retry policy."""
         stores = self.stores(version)
         qdrant, opensearch = stores.get(Strategy.DENSE), stores.get(Strategy.BM25)
+        if snapshot and isinstance(opensearch, OpenSearchStore) and opensearch.snapshot_repository:
+            opensearch.snapshot()
+        moved = isinstance(qdrant, QdrantServerStore)
         previous_collection = qdrant.promote() if isinstance(qdrant, QdrantServerStore) else None
         if not isinstance(opensearch, OpenSearchStore):
             return
         try:
             opensearch.promote()
-            if opensearch.snapshot_repository:
-                opensearch.snapshot()
         except Exception:
-            if previous_collection:
+            if moved and previous_collection:
                 QdrantServerStore.open(self._qdrant, previous_collection, retry=self.retry).promote()
+            elif moved and isinstance(qdrant, QdrantServerStore):
+                qdrant.unpromote()
             raise
 
     def drop(self, version: str) -> None:
@@ -155,5 +170,7 @@ def roll_back(versions: IndexVersions, servers: ServerIndexes | None, to: str | 
     """Serve ``to``, or the version promoted before the current one, on the servers too."""
     target = versions.rollback_target(to)
     if servers is not None:
-        servers.promote(target.id)
+        # The target was snapshotted when it was first promoted; a rollback must not wait on
+        # (or fail with) a new snapshot.
+        servers.promote(target.id, snapshot=False)
     return versions.rollback(target.id)

@@ -31,7 +31,12 @@ batches (count and bytes), retried with exponential backoff on 429, 5xx and conn
 and per-document 429 rejections are resent; any other per-document failure raises
 ``BulkIndexError`` naming each document. ``finalize`` restores refresh and replicas and
 refreshes. ``promote`` points the alias at this index in one atomic ``_aliases`` call;
-``snapshot`` writes it to the configured snapshot repository.
+``snapshot`` writes it to the configured snapshot repository (waiting for completion with its own
+long request timeout, under the retry policy). Alias changes are retried too.
+
+SPLADE queries send at most ``MAX_SPARSE_QUERY_TERMS`` (1000) terms, the heaviest, so a query
+stays under ``indices.query.bool.max_clause_count`` (default 1024); ``last_query_notes`` says
+what was dropped. Sparse search on a lexical-only index (``sparse=False``) is an error.
 
 Credentials come from ``OpenSearchSettings`` (the Dagster layer fills it from ``EnvVar``); they
 are ``SecretStr``, so no repr, log line or error message shows them.
@@ -44,6 +49,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar
@@ -71,7 +77,7 @@ from retrieval_assets.core.stores.base import (
     validate_field_types,
     validate_payloads,
 )
-from retrieval_assets.core.stores.remote import RetryPolicy, new_version
+from retrieval_assets.core.stores.remote import RetryPolicy, merge_sparse, new_version
 
 # Shared with the tantivy store so both lexical backends name, index and score fields alike.
 
@@ -92,6 +98,12 @@ KEEP_FEATURES_SCRIPT = (
 )
 _INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _PAGE_SIZE = 5_000
+# SPLADE query terms sent to OpenSearch: each is one ``rank_feature`` clause, and a query may
+# hold at most ``indices.query.bool.max_clause_count`` clauses (1024 by default, counted over
+# the whole query). 1000 leaves room for the filter clauses; the lightest terms are dropped.
+MAX_SPARSE_QUERY_TERMS = 1000
+# How long a snapshot may take (the request waits for completion; the client's default is 30 s).
+SNAPSHOT_TIMEOUT_S = 3600.0
 
 
 class OpenSearchSettings(BaseModel):
@@ -218,6 +230,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
     backend = "opensearch"
     batch_size = 500
     max_batch_bytes = 8 * 1024 * 1024
+    max_query_terms = MAX_SPARSE_QUERY_TERMS
+    snapshot_timeout_s = SNAPSHOT_TIMEOUT_S
 
     def __init__(
         self,
@@ -247,6 +261,9 @@ class OpenSearchStore(LexicalStore, SparseStore):
         self.refresh_interval = refresh_interval
         self._building = building
         self._dirty = False
+        # What the last sparse query left out to stay under the clause limit ({} when nothing):
+        # sparse_terms, sparse_terms_sent, sparse_terms_dropped, sparse_weight_dropped.
+        self.last_query_notes: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(index={self.index!r}, alias={self.alias!r})"
@@ -391,7 +408,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
             current = []
         previous = [index for index in current if index != self.index]
         body = {"actions": alias_actions(self.alias, self.index, previous)}
-        self._client.indices.update_aliases(body=body)
+        # Retried on 429/5xx: the actions name the alias state read above, applied atomically.
+        self._call(lambda: self._client.indices.update_aliases(body=body), "update aliases")
         return previous
 
     def snapshot(self, name: str | None = None) -> str:
@@ -404,13 +422,38 @@ class OpenSearchStore(LexicalStore, SparseStore):
             "include_global_state": False,
             "metadata": {"alias": self.alias, "mapping_version": MAPPING_VERSION},
         }
-        response = self._client.snapshot.create(
-            repository=self.snapshot_repository, snapshot=snapshot, body=body, wait_for_completion=True
+        create = partial(
+            self._client.snapshot.create, repository=self.snapshot_repository, snapshot=snapshot, body=body,
+            wait_for_completion=True, request_timeout=self.snapshot_timeout_s,
         )
+        attempts = itertools.count()
+
+        def attempt() -> Any:
+            retried = next(attempts) > 0
+            try:
+                return create()
+            except TransportError as exc:
+                # A retried request finding its own snapshot: an earlier attempt started it.
+                if retried and _error_type(exc) == "invalid_snapshot_name_exception":
+                    return self._wait_for_snapshot(snapshot)
+                raise
+
+        response = self._call(attempt, f"snapshot {snapshot}")
         state = response.get("snapshot", {}).get("state")
         if state != "SUCCESS":
             raise RuntimeError(f"snapshot {snapshot} of {self.index} ended in state {state!r}")
         return snapshot
+
+    def _wait_for_snapshot(self, snapshot: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.snapshot_timeout_s
+        while True:
+            found = self._call(
+                lambda: self._client.snapshot.get(repository=self.snapshot_repository, snapshot=snapshot),
+                f"get snapshot {snapshot}",
+            )["snapshots"][0]
+            if found.get("state") != "IN_PROGRESS" or time.monotonic() >= deadline:
+                return {"snapshot": found}
+            self.retry.sleep(self.retry.initial_backoff_s or 1.0)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -454,7 +497,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
     def search_sparse(
         self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()
     ) -> list[StoreHit]:
-        """Chunks by SPLADE dot product with ``vector``, best first."""
+        """Chunks by SPLADE dot product with ``vector``, best first; at most ``max_query_terms``
+        of the query's heaviest terms are sent (see ``last_query_notes``)."""
         check_top_k(top_k)
         body = self.sparse_query(vector, top_k, filters)
         return [] if body is None else [_hit(hit) for hit in self._search(body)]
@@ -507,10 +551,29 @@ class OpenSearchStore(LexicalStore, SparseStore):
     def sparse_query(
         self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()
     ) -> dict[str, Any] | None:
-        """The ``_search`` body of ``search_sparse``; None for a vector without positive weights."""
+        """The ``_search`` body of ``search_sparse``; None for a vector without positive weights.
+        Only the ``max_query_terms`` heaviest terms become clauses (the clause limit); what was
+        left out is in ``last_query_notes`` and logged."""
+        if not self.sparse:
+            raise ValueError(
+                f"OpenSearch index {self.index} was created without SPLADE features (sparse=False): "
+                "it serves BM25 only; search SPLADE on the Qdrant collection of this version"
+            )
         features = _features(vector)
+        self.last_query_notes = {}
         if not features:
             return None
+        if len(features) > self.max_query_terms:
+            ranked = sorted(features.items(), key=lambda item: (-item[1], item[0]))
+            kept, dropped = dict(ranked[: self.max_query_terms]), ranked[self.max_query_terms :]
+            self.last_query_notes = {
+                "sparse_terms": len(features),
+                "sparse_terms_sent": len(kept),
+                "sparse_terms_dropped": len(dropped),
+                "sparse_weight_dropped": sum(weight for _, weight in dropped),
+            }
+            logger.info("SPLADE query on %s: %s (clause limit)", self.index, self.last_query_notes)
+            features = {term: weight for term, weight in features.items() if term in kept}
         clauses = [
             {"rank_feature": {"field": f"{SPARSE_FIELD}.{term}", "linear": {}, "boost": weight}}
             for term, weight in features.items()
@@ -625,14 +688,18 @@ def _search_body(bool_query: dict[str, Any], top_k: int) -> dict[str, Any]:
 
 def _features(vector: SparseVector) -> dict[str, float]:
     """Term id (as a string) -> weight; zero weights dropped (rank_features takes only positive
-    values); repeated ids summed."""
-    features: dict[str, float] = {}
+    values); repeated ids summed (``merge_sparse``, as for Qdrant)."""
     for term, weight in zip(vector.indices, vector.values, strict=True):
         if weight < 0 or not math.isfinite(weight):
             raise ValueError(f"SPLADE weight of term {term} is {weight}; OpenSearch rank_features needs >= 0")
-        if weight > 0:
-            features[str(term)] = features.get(str(term), 0.0) + float(weight)
-    return features
+    merged = merge_sparse(vector)
+    return {str(term): float(weight) for term, weight in zip(merged.indices, merged.values, strict=True) if weight > 0}
+
+
+def _error_type(exc: TransportError) -> str | None:
+    info = exc.info if isinstance(exc.info, Mapping) else {}
+    error = info.get("error")
+    return error.get("type") if isinstance(error, Mapping) else None
 
 
 def _hit(hit: dict[str, Any]) -> StoreHit:

@@ -21,14 +21,20 @@ batch but the last is sent with ``wait=false`` and the last with ``wait=true``, 
 applies in order, so an ``upsert`` returns once all its points are applied.
 
 Queries: dense, sparse, and hybrid through the Query API (both prefetches filtered, fused
-server-side by RRF with a chosen ``k`` or by DBSF). ``quantization="int8"`` adds scalar
+server-side by RRF with a chosen ``k`` or by DBSF). Sparse vectors are sent with each index once
+(``remote.merge_sparse``: repeated indices summed), which Qdrant requires.
+
+Server versions: Qdrant >= 1.16 (``MIN_SERVER_VERSION``: the RRF ``k`` and collection metadata);
+``create`` and ``open`` check the server's version and refuse an older one, naming both. ``quantization="int8"`` adds scalar
 quantization (kept in RAM) and searches rescore with the original vectors.
 """
 
 from __future__ import annotations
 
+import re
 import ssl
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal, Self, TypeVar
@@ -57,10 +63,13 @@ from retrieval_assets.core.stores.base import (
     validate_payloads,
 )
 from retrieval_assets.core.stores.qdrant_edge_store import DENSE_VECTOR, SPARSE_VECTOR, payload_key
-from retrieval_assets.core.stores.remote import RetryPolicy, new_version
+from retrieval_assets.core.stores.remote import RetryPolicy, merge_sparse, new_version
 
 T = TypeVar("T")
 FORMAT_VERSION = 1
+# The oldest Qdrant this code talks to: the hybrid query's ``{"rrf": {"k": ...}}`` and collection
+# ``metadata`` (where a store keeps its format) arrived in 1.16; 1.15 rejects both requests.
+MIN_SERVER_VERSION = (1, 16, 0)
 DistanceName = Literal["cosine", "dot"]
 FusionName = Literal["rrf", "dbsf"]
 _DISTANCES = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT}
@@ -114,6 +123,43 @@ def transient_wait(exc: Exception) -> float | None:
     if isinstance(exc, ResponseHandlingException) and isinstance(exc.source, httpx.TransportError):
         return 0.0
     return None
+
+
+class UnsupportedServerError(RuntimeError):
+    """The Qdrant server is older than ``MIN_SERVER_VERSION``."""
+
+
+_checked_clients: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of "1.16.0", "v1.19.2", "1.20.0-rc1"; ValueError otherwise."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if match is None:
+        raise ValueError(f"not a version: {text!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def check_server_version(client: QdrantClient, retry: RetryPolicy | None = None) -> str:
+    """The server's version (``GET /``), once per client; ``UnsupportedServerError`` naming it
+    and the floor when it is older than ``MIN_SERVER_VERSION``."""
+    known = _checked_clients.get(client)
+    if known is not None:
+        return known
+    policy = retry or RetryPolicy()
+    version = policy.run(client.info, transient_wait, "Qdrant server version").version
+    floor = ".".join(map(str, MIN_SERVER_VERSION))
+    try:
+        too_old = parse_version(version) < MIN_SERVER_VERSION
+    except ValueError:
+        too_old = True
+    if too_old:
+        raise UnsupportedServerError(
+            f"Qdrant server runs {version}; this code needs Qdrant >= {floor} (the hybrid query's "
+            "RRF with k and collection metadata): upgrade the server"
+        )
+    _checked_clients[client] = version
+    return version
 
 
 # -- request builders (pure) -------------------------------------------------------------------
@@ -211,6 +257,7 @@ def dense_request(
 
 def sparse_request(vector: SparseVector, top_k: int, flt: models.Filter | None) -> models.QueryRequest:
     """``POST /collections/{name}/points/query``: best ``splade`` dot products, filtered."""
+    vector = merge_sparse(vector)
     query = models.SparseVector(indices=vector.indices, values=vector.values)
     return models.QueryRequest(query=query, using=SPARSE_VECTOR, filter=flt, limit=top_k, with_payload=True)
 
@@ -231,6 +278,7 @@ def hybrid_request(
     limit = max(prefetch_limit, top_k)
     prefetches = [models.Prefetch(query=dense, using=DENSE_VECTOR, filter=flt, params=params, limit=limit)]
     if sparse.indices:
+        sparse = merge_sparse(sparse)
         query = models.SparseVector(indices=sparse.indices, values=sparse.values)
         prefetches.append(models.Prefetch(query=query, using=SPARSE_VECTOR, filter=flt, limit=limit))
     if fusion == "rrf":
@@ -315,6 +363,7 @@ class QdrantServerStore(DenseStore, SparseStore):
         if quantization not in (None, "int8"):
             raise ValueError(f"quantization must be None or 'int8', got {quantization!r}")
         types = validate_field_types(field_types)
+        check_server_version(client, retry)
         name = f"{alias}-{version or new_version()}"
         metadata = {
             "backend": cls.backend,
@@ -360,6 +409,7 @@ class QdrantServerStore(DenseStore, SparseStore):
     def open(cls, client: QdrantClient, name: str, *, retry: RetryPolicy | None = None) -> QdrantServerStore:
         """The collection behind alias ``name`` (or the collection ``name`` itself)."""
         policy = retry or RetryPolicy()
+        check_server_version(client, policy)
         aliases = policy.run(client.get_aliases, transient_wait, "Qdrant get aliases").aliases
         collection = next((a.collection_name for a in aliases if a.alias_name == name), name)
         if not policy.run(lambda: client.collection_exists(collection), transient_wait, "Qdrant collection exists"):
@@ -446,12 +496,21 @@ class QdrantServerStore(DenseStore, SparseStore):
         it named before (None if new), for the caller to keep (rollback) or delete."""
         aliases = self._call(self._client.get_aliases, "get aliases").aliases
         previous = next((a.collection_name for a in aliases if a.alias_name == self.alias), None)
-        self._client.update_collection_aliases(change_aliases_operations=alias_operations(self.alias, self.collection))
+        operations = alias_operations(self.alias, self.collection)
+        # Retried: the change is idempotent (delete-if-exists, then create, applied atomically).
+        self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=operations), "move alias")
         return None if previous == self.collection else previous
+
+    def unpromote(self) -> None:
+        """Remove ``alias`` if it names this collection (undoes a first ``promote``)."""
+        aliases = self._call(self._client.get_aliases, "get aliases").aliases
+        if any(a.alias_name == self.alias and a.collection_name == self.collection for a in aliases):
+            delete = [models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.alias))]
+            self._call(lambda: self._client.update_collection_aliases(change_aliases_operations=delete), "drop alias")
 
     def snapshot(self) -> str:
         """Snapshot this collection on the server (``wait=true``); returns the snapshot's name."""
-        description = self._client.create_snapshot(self.collection, wait=True)
+        description = self._call(lambda: self._client.create_snapshot(self.collection, wait=True), "snapshot")
         if description is None:
             raise RuntimeError(f"Qdrant returned no snapshot description for {self.collection}")
         return description.name
@@ -537,7 +596,8 @@ class QdrantServerStore(DenseStore, SparseStore):
         if sparse is not None:
             if len(sparse) != count:
                 raise ValueError(f"got {len(sparse)} sparse vectors for {count} payloads")
-            named[SPARSE_VECTOR] = lambda row: models.SparseVector(**sparse[row].model_dump())
+            # Qdrant rejects repeated indices: each is sent once, with its values summed.
+            named[SPARSE_VECTOR] = lambda row: models.SparseVector(**merge_sparse(sparse[row]).model_dump())
         if not named:
             raise ValueError("upsert needs dense or sparse vectors")
         return named

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from retrieval_assets.core.models import SparseVector
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -56,3 +58,17 @@ class RetryPolicy:
 def new_version() -> str:
     """A sortable, index-name-safe build version (UTC, microseconds)."""
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+
+
+def merge_sparse(vector: SparseVector) -> SparseVector:
+    """``vector`` with each repeated index once, its values summed (first-occurrence order).
+
+    Qdrant rejects a sparse vector whose indices repeat ("must be unique"); OpenSearch's
+    ``rank_features`` keeps one value per feature. Both adapters merge through this function,
+    so a repeated term id means the same thing (the sum of its weights) on both servers."""
+    if len(set(vector.indices)) == len(vector.indices):
+        return vector
+    merged: dict[int, float] = {}
+    for index, value in zip(vector.indices, vector.values, strict=True):
+        merged[index] = merged.get(index, 0.0) + float(value)
+    return SparseVector(indices=list(merged), values=list(merged.values()))

@@ -689,6 +689,8 @@ class HttpRecorder:
         if self.failures:
             status = self.failures.pop(0)
             return httpx.Response(status, json={"status": {"error": "Service Unavailable"}, "time": 0.0})
+        if (request.method, request.url.path) == ("GET", "/"):  # the version check (floor 1.16)
+            return httpx.Response(200, json={"title": "qdrant - vector search engine", "version": "1.19.0"})
         result = self.routes.get((request.method, request.url.path), lambda: True)()
         return httpx.Response(200, json={"result": result, "status": "ok", "time": 0.001})
 
@@ -711,14 +713,16 @@ def test_qdrant_create_sends_collection_then_payload_indexes(qdrant_http):
     recorder.routes[("PUT", "/collections/chunks-v1/index")] = upsert_result
     QdrantServerStore.create(client, "chunks", 4, version="v1", field_types={"year": "integer"}, quantization="int8")
     calls = [(method, path) for method, path, _, _ in recorder.requests]
-    assert calls == [("PUT", "/collections/chunks-v1")] + [("PUT", "/collections/chunks-v1/index?wait=true")] * 4
-    create_body = recorder.requests[0][2]
+    assert calls == [("GET", "/"), ("PUT", "/collections/chunks-v1")] + [
+        ("PUT", "/collections/chunks-v1/index?wait=true")
+    ] * 4
+    create_body = recorder.requests[1][2]
     assert create_body["vectors"] == {"dense": {"size": 4, "distance": "Cosine"}}
     assert create_body["sparse_vectors"] == {"splade": {}}
     assert create_body["hnsw_config"] == {"m": 0, "ef_construct": 100}
     assert create_body["quantization_config"] == {"scalar": {"type": "int8", "quantile": 0.99, "always_ram": True}}
     assert create_body["metadata"]["field_types"] == {"year": "integer"}
-    assert [body for _, _, body, _ in recorder.requests[1:]] == [
+    assert [body for _, _, body, _ in recorder.requests[2:]] == [
         {"field_name": "tenant_id", "field_schema": {"type": "keyword", "is_tenant": True}},
         {"field_name": "doc_id", "field_schema": "keyword"},
         {"field_name": "section", "field_schema": "keyword"},
