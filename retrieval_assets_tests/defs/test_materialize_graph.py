@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -78,10 +79,23 @@ def test_evaluation_is_recorded(built) -> None:
     result, storage, _ = built
     metadata = _metadata(result, "retrieval_evaluation")
     assert metadata["evaluated"] is True
-    assert 0.0 <= metadata["ndcg@10"] <= 1.0 and metadata["p95_ms"] > 0
+    assert 0.0 <= metadata["ndcg@10"] <= 1.0
     promoted = storage.versions().promoted()
     report = promoted.evaluation()
     assert set(report["runs"]) == set(CONFIGURATIONS) and report["gate"]["passed"]
+    # The asset's figures are the report's figures for the default configuration.
+    default = report["runs"][metadata["configuration"]]
+    for metric in ("ndcg@10", "recall@100", "mrr@10", "p50_ms", "p95_ms"):
+        assert metadata[metric] == pytest.approx(default[metric]), metric
+    # Every configuration's latency percentiles are real measurements in milliseconds: positive,
+    # finite, P50 <= P95, and no single query took longer than the whole evaluation step.
+    elapsed_ms = metadata["seconds"] * 1000
+    for name, run in report["runs"].items():
+        p50, p95 = run["p50_ms"], run["p95_ms"]
+        assert math.isfinite(p50) and math.isfinite(p95), name
+        assert 0 < p50 <= p95 <= elapsed_ms, (name, p50, p95, elapsed_ms)
+    # The gate judged exactly the P95 the report records.
+    assert report["gate"]["comparison"]["p95_ms"]["candidate"] == pytest.approx(default["p95_ms"])
     assert metadata["version"] == promoted.id and _metadata(result, "promoted_index")["version"] == promoted.id
 
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -248,12 +249,34 @@ def live_url(client: TestClient) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(client.app, lifespan="off", log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        _wait_until_ready(server, thread, url, timeout_s=30.0)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def _wait_until_ready(server: uvicorn.Server, thread: threading.Thread, url: str, timeout_s: float) -> None:
+    """Block until uvicorn has started and ``GET /health`` answers 200; fail the test otherwise."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        if not thread.is_alive():
+            pytest.fail(f"the uvicorn thread exited before {url} became ready (started={server.started}); see its log above")
+        if server.started:
+            try:
+                health = httpx.get(f"{url}/health", timeout=5.0)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if health.status_code == 200:
+                    return
+                last = f"HTTP {health.status_code}: {health.text[:200]}"
+        time.sleep(0.05)
+    pytest.fail(f"{url} was not ready within {timeout_s:.0f} s (uvicorn started={server.started}; last /health: {last})")
 
 
 def test_loadtest_reports_each_level(live_url: str) -> None:

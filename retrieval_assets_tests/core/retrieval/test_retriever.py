@@ -84,7 +84,7 @@ def tool_layout(tmp_path_factory: pytest.TempPathFactory, encoders) -> IndexLayo
     catalog = root / "catalog.jsonl"
     lines = TOOLS_WITH_RELATIONS.read_text().splitlines() + [json.dumps(tool) for tool in IMAGING_TOOLS]
     catalog.write_text("\n".join(lines) + "\n")
-    build, version = build_catalog(root, catalog, build=IndexBuildResource(vocabulary_settings=VocabularyConfig(min_doc_freq=1)))
+    build, version = build_catalog(root, catalog, build=IndexBuildResource(vocabulary=VocabularyConfig(min_doc_freq=1)))
     assert not build.quarantined
     return version.layout
 
@@ -187,15 +187,28 @@ def test_every_fusion_method_runs_with_provenance(retriever: HybridRetriever, me
 
 
 def test_rerank_orders_by_cross_encoder_and_reports_moves(retriever: HybridRetriever) -> None:
-    result = retriever.search("quality control report for raw sequencing reads", top_k=8, rerank=True)
+    query = "quality control report for raw sequencing reads"
+    # The first-stage list the cross-encoder reads from: the same search without rerank, in full.
+    first_stage = _ids(retriever.search(query, top_k=100, rerank=False))
+    result = retriever.search(query, top_k=8, rerank=True)
     assert result.reranked
+    assert len(result.hits) == 8
     scores = [hit.strategy_scores["rerank"].score for hit in result.hits]
     assert scores == sorted(scores, reverse=True)
     assert result.hits[0].doc_id == "fastqc"
-    assert all(hit.first_stage_rank is not None for hit in result.hits)
     diagnostics = result.diagnostics["rerank"]
-    assert diagnostics["scored"] == min(RetrievalSettings().rerank.candidates, diagnostics["scored"])
-    assert len(diagnostics["moves"]) == len(result.hits)
+    # The head of the first stage was scored: as many candidates as configured (or all there are).
+    expected_scored = min(RetrievalSettings().rerank.candidates, len(first_stage))
+    assert expected_scored > len(result.hits)
+    assert diagnostics["scored"] == expected_scored
+    # Every returned hit was scored, and remembers its place in the first-stage list.
+    assert [hit.strategy_scores["rerank"].rank for hit in result.hits] == list(range(1, 9))
+    for hit in result.hits:
+        assert hit.first_stage_rank is not None and 1 <= hit.first_stage_rank <= expected_scored
+        assert first_stage[hit.first_stage_rank - 1] == hit.doc_id
+    assert [(m["key"], m["from"], m["to"]) for m in diagnostics["moves"]] == [
+        (hit.doc_id, hit.first_stage_rank, to) for to, hit in enumerate(result.hits, start=1)
+    ]
 
 
 # -- knowledge graph --------------------------------------------------------------------------------
@@ -233,11 +246,36 @@ def test_document_id_query_searches_like_that_document(retriever: HybridRetrieve
 # -- multi-query ------------------------------------------------------------------------------------
 
 
-def test_multi_query_fuses_feedback_reformulation(retriever: HybridRetriever) -> None:
-    result = retriever.search("variant calling from aligned reads", top_k=5, multi_query=True)
-    labels = [r["label"] for r in result.diagnostics["multi_query"]["reformulations"]]
-    assert "prf" in labels
+def test_multi_query_fuses_feedback_reformulation(tool_layout, encoders, reranker) -> None:
+    dense_encoder, sparse_encoder = encoders
+    # Graph off (it rescales fused scores) and only the feedback reformulation, so the fused scores
+    # can be recomputed from the two rankings the pipeline should have searched.
+    settings = RetrievalSettings.model_validate({"graph": {"enabled": False}, "multi_query": {"vocabulary_expansion": False}})
+    query = "variant calling from aligned reads"
+    with open_retriever(
+        tool_layout, dense_encoder=dense_encoder, sparse_encoder=sparse_encoder, settings=settings, reranker=reranker
+    ) as retriever:
+        plain = retriever.search(query, top_k=100, multi_query=False)
+        result = retriever.search(query, top_k=100, multi_query=True)
+        diagnostics = result.diagnostics["multi_query"]
+        [reformulation] = diagnostics["reformulations"]
+        assert reformulation["label"] == "prf" and reformulation["expansion_terms"] == {}
+        assert reformulation["query"].startswith(f"{query} ") and len(reformulation["query"].split()) > len(query.split())
+        # The reformulation searched on its own, the same way the pipeline searches it.
+        feedback = retriever.search(reformulation["query"], top_k=100, multi_query=False)
     assert "multi_query_ms" in result.timings_ms
+    assert diagnostics["candidates"] == {"original": len(plain.hits), "prf": len(feedback.hits)}
+    assert len(plain.hits) > 0 and len(feedback.hits) > 0
+    assert _ids(feedback) != _ids(plain)
+    # Fused by RRF (k=60) over both runs: each document sums 1 / (60 + rank) over the runs that found it.
+    expected: dict[str, float] = {}
+    for run in (_ids(plain), _ids(feedback)):
+        for rank, doc_id in enumerate(run, start=1):
+            expected[doc_id] = expected.get(doc_id, 0.0) + 1 / (60 + rank)
+    assert {hit.doc_id: hit.score for hit in result.hits} == pytest.approx(expected, rel=1e-9)
+    assert [hit.score for hit in result.hits] == sorted(expected.values(), reverse=True)
+    # Multi-query changed the ranking, not just the scores.
+    assert _ids(result)[:5] != _ids(plain)[:5]
 
 
 class _ChatCompletions(BaseHTTPRequestHandler):
