@@ -29,6 +29,7 @@ from typing import Any
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.stores.filters import MetadataFilter, parse_filters
+from retrieval_assets.core.stores.remote import strongest_terms
 from retrieval_assets.core.index.graph import ToolGraph
 from retrieval_assets.core.models import (
     FusionMethod,
@@ -51,8 +52,8 @@ from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStor
 
 logger = logging.getLogger(__name__)
 
-# (query text, depth, filters, expansion terms, tag terms) -> hits, best first
-Searcher = Callable[[str, int, list[MetadataFilter], Mapping[str, float], Sequence[str]], list[StoreHit]]
+# (query, depth, filters, expansion terms, tag terms, notes for the diagnostics) -> hits, best first
+Searcher = Callable[[str, int, list[MetadataFilter], Mapping[str, float], Sequence[str], dict[str, Any]], list[StoreHit]]
 # A token that may be a document id: explicit "doc:"/"id:" or letters/punctuation mixed with digits.
 _ID_PREFIX = re.compile(r"^(?:doc|id):(?P<id>\S+)$", re.IGNORECASE)
 _ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[^\d]).+$")
@@ -140,15 +141,21 @@ class HybridRetriever:
         self._stores = list({id(s): s for s in (dense_store, sparse_store, lexical_store) if s is not None}.values())
         self._searchers: dict[Strategy, Searcher] = {}
         if lexical_store is not None:
-            self._searchers[Strategy.BM25] = lambda q, k, f, expansion, tags: lexical_store.search_text(
+            self._searchers[Strategy.BM25] = lambda q, k, f, expansion, tags, _n: lexical_store.search_text(
                 q, k, f, expansion_terms=expansion, tag_terms=tags
             )
         if sparse_store is not None and sparse_encoder is not None:
-            self._searchers[Strategy.SPLADE] = lambda q, k, f, _e, _t: sparse_store.search_sparse(
-                sparse_encoder.encode_queries([q])[0], k, f
-            )
+
+            def search_splade(q: str, k: int, f: list[MetadataFilter], _e: Any, _t: Any, notes: dict) -> list[StoreHit]:
+                # An engine with a clause limit gets the query's heaviest terms; the cut is reported.
+                vector, cut = strongest_terms(sparse_encoder.encode_queries([q])[0], sparse_store.max_query_terms)
+                if cut:
+                    notes["splade_query_terms"] = cut
+                return sparse_store.search_sparse(vector, k, f)
+
+            self._searchers[Strategy.SPLADE] = search_splade
         if dense_store is not None and dense_encoder is not None:
-            self._searchers[Strategy.DENSE] = lambda q, k, f, _e, _t: dense_store.search_dense(
+            self._searchers[Strategy.DENSE] = lambda q, k, f, _e, _t, _n: dense_store.search_dense(
                 dense_encoder.encode_queries([q])[0], k, f
             )
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searchers)), thread_name_prefix="retrieve")
@@ -375,15 +382,20 @@ class HybridRetriever:
             if cache_key in plan.cache:
                 per_strategy[name] = plan.cache[cache_key]
                 continue
+            notes: dict[str, Any] = {}
             futures[name] = (
                 cache_key,
-                self._pool.submit(_timed, self._searchers[name], query, plan.depth, plan.filters, expansion_terms, plan.tag_terms),
+                notes,
+                self._pool.submit(
+                    _timed, self._searchers[name], query, plan.depth, plan.filters, expansion_terms, plan.tag_terms, notes
+                ),
             )
         timings = plan.trace.timings_ms
-        for name, (cache_key, future) in futures.items():
+        for name, (cache_key, notes, future) in futures.items():
             hits, elapsed = future.result()
             plan.cache[cache_key] = per_strategy[name] = hits
             timings[f"{name}_ms"] = timings.get(f"{name}_ms", 0.0) + elapsed
+            plan.trace.diagnostics.update(notes)
         with plan.trace.stage("fusion"):
             candidates = self._fuse(per_strategy, plan)
         plan.trace.diagnostics["candidates"] = {name: len(hits) for name, hits in per_strategy.items()}

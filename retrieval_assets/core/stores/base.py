@@ -84,6 +84,10 @@ class DenseStore(IndexStore):
 
 
 class SparseStore(IndexStore):
+    # The most query terms the engine accepts (a clause limit), or None. The retriever sends only
+    # the heaviest ones and records the cut in the result's diagnostics.
+    max_query_terms: int | None = None
+
     @abstractmethod
     def upsert_sparse(self, payloads: Sequence[Payload], vectors: Sequence[SparseVector]) -> None: ...
 

@@ -35,8 +35,8 @@ refreshes. ``promote`` points the alias at this index in one atomic ``_aliases``
 long request timeout, under the retry policy). Alias changes are retried too.
 
 SPLADE queries send at most ``MAX_SPARSE_QUERY_TERMS`` (1000) terms, the heaviest, so a query
-stays under ``indices.query.bool.max_clause_count`` (default 1024); ``last_query_notes`` says
-what was dropped. Sparse search on a lexical-only index (``sparse=False``) is an error.
+stays under ``indices.query.bool.max_clause_count`` (default 1024); the retriever records what was
+cut in the result's diagnostics. Sparse search on a lexical-only index (``sparse=False``) is an error.
 
 Credentials come from ``OpenSearchSettings`` (the Dagster layer fills it from ``EnvVar``); they
 are ``SecretStr``, so no repr, log line or error message shows them.
@@ -77,7 +77,7 @@ from retrieval_assets.core.stores.base import (
     validate_field_types,
     validate_payloads,
 )
-from retrieval_assets.core.stores.remote import RetryPolicy, merge_sparse, new_version
+from retrieval_assets.core.stores.remote import RetryPolicy, merge_sparse, new_version, strongest_terms
 
 # Shared with the tantivy store so both lexical backends name, index and score fields alike.
 
@@ -263,7 +263,6 @@ class OpenSearchStore(LexicalStore, SparseStore):
         self._dirty = False
         # What the last sparse query left out to stay under the clause limit ({} when nothing):
         # sparse_terms, sparse_terms_sent, sparse_terms_dropped, sparse_weight_dropped.
-        self.last_query_notes: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(index={self.index!r}, alias={self.alias!r})"
@@ -498,7 +497,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
         self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()
     ) -> list[StoreHit]:
         """Chunks by SPLADE dot product with ``vector``, best first; at most ``max_query_terms``
-        of the query's heaviest terms are sent (see ``last_query_notes``)."""
+        of the query's heaviest terms are sent."""
         check_top_k(top_k)
         body = self.sparse_query(vector, top_k, filters)
         return [] if body is None else [_hit(hit) for hit in self._search(body)]
@@ -552,31 +551,23 @@ class OpenSearchStore(LexicalStore, SparseStore):
         self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()
     ) -> dict[str, Any] | None:
         """The ``_search`` body of ``search_sparse``; None for a vector without positive weights.
-        Only the ``max_query_terms`` heaviest terms become clauses (the clause limit); what was
-        left out is in ``last_query_notes`` and logged."""
+        Only the ``max_query_terms`` heaviest terms become clauses (the clause limit)."""
         if not self.sparse:
             raise ValueError(
                 f"OpenSearch index {self.index} was created without SPLADE features (sparse=False): "
                 "it serves BM25 only; search SPLADE on the Qdrant collection of this version"
             )
         features = _features(vector)
-        self.last_query_notes = {}
         if not features:
             return None
-        if len(features) > self.max_query_terms:
-            ranked = sorted(features.items(), key=lambda item: (-item[1], item[0]))
-            kept, dropped = dict(ranked[: self.max_query_terms]), ranked[self.max_query_terms :]
-            self.last_query_notes = {
-                "sparse_terms": len(features),
-                "sparse_terms_sent": len(kept),
-                "sparse_terms_dropped": len(dropped),
-                "sparse_weight_dropped": sum(weight for _, weight in dropped),
-            }
-            logger.info("SPLADE query on %s: %s (clause limit)", self.index, self.last_query_notes)
-            features = {term: weight for term, weight in features.items() if term in kept}
+        # The retriever already sends at most max_query_terms; this keeps any other caller under the limit.
+        positive = SparseVector(indices=[int(term) for term in features], values=list(features.values()))
+        capped, cut = strongest_terms(positive, self.max_query_terms)
+        if cut:
+            logger.info("SPLADE query on %s cut to its heaviest terms (clause limit): %s", self.index, cut)
         clauses = [
             {"rank_feature": {"field": f"{SPARSE_FIELD}.{term}", "linear": {}, "boost": weight}}
-            for term, weight in features.items()
+            for term, weight in zip(capped.indices, capped.values, strict=True)
         ]
         bool_query = {"should": clauses, "minimum_should_match": 1, "filter": self._filter_clauses(filters)}
         return _search_body(bool_query, top_k)

@@ -72,3 +72,20 @@ def merge_sparse(vector: SparseVector) -> SparseVector:
     for index, value in zip(vector.indices, vector.values, strict=True):
         merged[index] = merged.get(index, 0.0) + float(value)
     return SparseVector(indices=list(merged), values=list(merged.values()))
+
+
+def strongest_terms(vector: SparseVector, limit: int | None) -> tuple[SparseVector, dict[str, float]]:
+    """``vector`` (repeated indices merged) cut to its ``limit`` heaviest terms, and what the cut
+    left out ({} when nothing was cut): an engine with a clause limit takes no more terms."""
+    merged = merge_sparse(vector)
+    if limit is None or len(merged.indices) <= limit:
+        return merged, {}
+    ranked = sorted(zip(merged.indices, merged.values, strict=True), key=lambda term: (-term[1], term[0]))
+    kept, dropped = ranked[:limit], ranked[limit:]
+    note = {
+        "terms": len(ranked),
+        "terms_sent": len(kept),
+        "terms_dropped": len(dropped),
+        "weight_dropped": float(sum(weight for _, weight in dropped)),
+    }
+    return SparseVector(indices=[i for i, _ in kept], values=[w for _, w in kept]), note

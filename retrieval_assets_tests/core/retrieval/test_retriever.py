@@ -18,6 +18,8 @@ from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.defs.resources import IndexBuildResource, VocabularyConfig
 from retrieval_assets.core.index.build import build_lexical_index
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.remote import strongest_terms
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
 from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
@@ -378,3 +380,28 @@ def test_year_phrase_on_a_corpus_without_years_stays_text(retriever: HybridRetri
     result = retriever.search("alignment tools published in 2019", top_k=3)
     assert result.hits and "nl_filters_ignored" in result.diagnostics
     assert result.diagnostics["query"] == "alignment tools published in 2019"
+
+
+def test_splade_query_is_cut_to_the_store_term_limit_and_reported(tool_layout, encoders) -> None:
+    """A sparse engine with a clause limit gets the query's heaviest terms; the cut is in the diagnostics."""
+    _, sparse_encoder = encoders
+    query = "align sequencing reads to a reference genome"
+    store = QdrantEdgeStore.open(tool_layout.qdrant)
+    store.max_query_terms = 3  # as an engine with a 3-clause limit would declare
+    retriever = HybridRetriever(
+        dense_encoder=None, sparse_encoder=sparse_encoder, dense_store=None, sparse_store=store,
+        lexical_store=None, settings=RetrievalSettings(strategies=["splade"], collapse_chunks=False),
+    )
+    try:
+        result = retriever.search(query, top_k=5)
+        full = sparse_encoder.encode_queries([query])[0]
+        heaviest, _ = strongest_terms(full, 3)
+        expected = [hit.chunk_id for hit in store.search_sparse(heaviest, 5)]
+    finally:
+        retriever.close()
+    assert len(full.indices) > 3
+    assert result.diagnostics["splade_query_terms"] == {
+        "terms": len(set(full.indices)), "terms_sent": 3, "terms_dropped": len(set(full.indices)) - 3,
+        "weight_dropped": pytest.approx(sum(sorted(full.values, reverse=True)[3:]), rel=1e-5),
+    }
+    assert [hit.chunk_id for hit in result.hits] == expected

@@ -12,7 +12,7 @@ from retrieval_assets.core.models import SparseVector
 from retrieval_assets.core.stores.filters import parse_filters
 from retrieval_assets.core.stores.opensearch_store import OpenSearchStore
 from retrieval_assets.core.stores.qdrant_server_store import QdrantServerStore
-from retrieval_assets.core.stores.remote import RetryPolicy
+from retrieval_assets.core.stores.remote import RetryPolicy, strongest_terms
 from retrieval_assets_tests.core.stores.fake_servers import FakeOpenSearch, FakeQdrant
 
 FAST = RetryPolicy(max_retries=2, initial_backoff_s=0.0, sleep=lambda s: None)
@@ -63,13 +63,15 @@ def test_opensearch_sparse_query_keeps_the_top_terms_below_the_clause_limit():
     assert len(clauses) == OpenSearchStore.max_query_terms
     kept = {int(c["rank_feature"]["field"].split(".")[1]) for c in clauses}
     assert kept == set(np.argsort(-weights)[: OpenSearchStore.max_query_terms].tolist())  # the heaviest
-    assert store.last_query_notes == {
-        "sparse_terms": terms, "sparse_terms_sent": OpenSearchStore.max_query_terms,
-        "sparse_terms_dropped": terms - OpenSearchStore.max_query_terms,
-        "sparse_weight_dropped": pytest.approx(float(np.sort(weights)[: terms - OpenSearchStore.max_query_terms].sum())),
-    }
-    store.search_sparse(SparseVector(indices=[1, 2], values=[0.5, 0.25]), 10)
-    assert store.last_query_notes == {}
+
+
+def test_strongest_terms_keeps_the_heaviest_and_reports_the_cut():
+    query = SparseVector(indices=[5, 1, 9, 1, 3], values=[0.2, 0.3, 0.9, 0.4, 0.1])
+    kept, cut = strongest_terms(query, 2)
+    # Index 1 repeats (0.3 + 0.4 = 0.7): merged first, then the two heaviest (9: 0.9, 1: 0.7) kept.
+    assert (kept.indices, kept.values) == ([9, 1], [0.9, pytest.approx(0.7)])
+    assert cut == {"terms": 4, "terms_sent": 2, "terms_dropped": 2, "weight_dropped": pytest.approx(0.3)}
+    assert strongest_terms(query, None)[1] == {} and strongest_terms(query, 4)[1] == {}
 
 
 # -- Fix 6: repeated sparse indices -------------------------------------------------------------
