@@ -22,6 +22,7 @@ from retrieval_assets.core.evaluation.benchmark import (
     peak_rss_mb,
     query_encoding_p95_ms,
 )
+from retrieval_assets.core.embed.cache import SEGMENT_GLOB
 from retrieval_assets.core.ingest.catalog import catalog_file, load_gold
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.runs import BuildOutcome, build_index, deployment_resources, evaluate_version
@@ -68,7 +69,7 @@ def run_benchmark(dataset: Path, workdir: Path, rerank: bool = True) -> dict[str
 def cache_segments(home: Path) -> dict[str, int]:
     """Segments per embedding cache (dense, sparse, terms) under ``home``."""
     root = home / "embedding_cache"
-    return {kind.name: len(list(kind.glob("*/segment-*.parquet"))) for kind in sorted(root.iterdir()) if kind.is_dir()}
+    return {kind.name: len(list(kind.glob(f"*/{SEGMENT_GLOB}"))) for kind in sorted(root.iterdir()) if kind.is_dir()}
 
 
 def run_incremental_benchmark(

@@ -154,6 +154,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     print(f"serving {target.id} (was {before.id if before else 'nothing'})")
     return 0
 
+
 def cmd_search(args: argparse.Namespace) -> int:
     from retrieval_assets.definitions import configured_search
 

@@ -1,8 +1,8 @@
 """The product's jobs, run in this process on a Dagster instance.
 
-``retrieval-assets run``, the bench commands and the tests build and evaluate through these: the
-same asset graph (``retrieval_assets.defs``) that scheduled and UI-launched runs materialize, so
-no step of a build exists anywhere else.
+The bench commands and the tests build and evaluate through these (``retrieval-assets run``
+executes the jobs themselves): the same asset graph (``retrieval_assets.defs``) that scheduled and
+UI-launched runs materialize, so no step of a build exists anywhere else.
 """
 
 from __future__ import annotations
@@ -17,14 +17,10 @@ from dagster import AssetKey, AssetSelection, DagsterEventType, DagsterInstance,
 from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.definitions import ASSETS
 from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
-from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.jobs import BUILD, EVALUATION
 from retrieval_assets.defs.resources import (
     CatalogResource,
-    IndexBuildResource,
-    IndexStorageResource,
     ModelResource,
-    SearchResource,
     code_location_resources,
 )
 
@@ -34,18 +30,9 @@ def deployment_resources(
 ) -> dict[str, Any]:
     """The code location's resources with artifacts and indexes under ``home`` and this catalog
     (embedded engines only: servers named in the environment are left alone)."""
-    storage = IndexStorageResource(home=str(home))
-    models = models or ModelResource()
-    # Indexing and querying share one build resource, so both use the same context-token mapping.
-    build = overrides.pop("build", None) or IndexBuildResource()
+    build = overrides.pop("build", None)
     return {
-        **code_location_resources(),
-        "catalog": catalog,
-        "models": models,
-        "storage": storage,
-        "build": build,
-        "search": SearchResource(storage=storage, models=models, build=build),
-        "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
+        **code_location_resources(str(home), catalog, models, build, read_environment=False),
         **overrides,
     }
 

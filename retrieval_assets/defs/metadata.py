@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -65,31 +65,15 @@ def table_metadata(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def preview(frame: pd.DataFrame, columns: Sequence[str], rows: int = 5) -> MetadataValue:
-    """A table of the first rows: long cells shortened, missing values blank."""
-    head = frame.loc[:, list(columns)].head(rows)
+def preview(frame: pd.DataFrame, columns: Sequence[str] | None = None, rows: int = 5) -> MetadataValue:
+    """A table of the first ``rows`` rows of ``columns`` (all by default): long cells shortened,
+    missing values (None, NaN) blank."""
+    columns = list(frame.columns) if columns is None else list(columns)
+    head = frame.loc[:, columns].head(rows)
     return MetadataValue.table(
         records=[TableRecord({str(c): _cell(v) for c, v in row.items()}) for _, row in head.iterrows()],
         schema=table_schema(frame, columns),
     )
-
-
-def records_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> MetadataValue:
-    """A table from plain rows (missing values blank), every column typed by its first non-blank cell."""
-    cells = [{c: _cell(row.get(c)) for c in columns} for row in rows]
-    schema = TableSchema(
-        columns=[
-            TableColumn(
-                name=c,
-                type=next((_TYPE_NAMES[type(r[c])] for r in cells if r[c] != ""), "string"),
-            )
-            for c in columns
-        ]
-    )
-    return MetadataValue.table(records=[TableRecord(r) for r in cells], schema=schema)
-
-
-_TYPE_NAMES = {str: "string", int: "int", float: "float", bool: "bool"}
 
 
 def _cell(value: Any) -> str | int | float | bool:

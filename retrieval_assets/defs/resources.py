@@ -326,19 +326,28 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
         self.close()
 
 
-def code_location_resources() -> dict[str, object]:
-    # Server settings and secrets are read from the environment when a run starts, not here.
-    storage = IndexStorageResource(read_environment=True)
-    models = ModelResource()
-    build = IndexBuildResource()
+def code_location_resources(
+    home: str | None = None,
+    catalog: CatalogResource | None = None,
+    models: ModelResource | None = None,
+    build: IndexBuildResource | None = None,
+    read_environment: bool = True,
+) -> dict[str, object]:
+    """The code location's resources; the arguments are for runs in a scratch home (bench,
+    tests). With ``read_environment`` server settings and secrets are read from the environment
+    when a run starts, not here."""
+    storage = IndexStorageResource(read_environment=read_environment, **_given(home=home))
+    models = models or ModelResource()
+    # Indexing and querying share one build resource, so both use the same context-token mapping.
+    build = build or IndexBuildResource()
     return {
-        "catalog": CatalogResource(),
+        "catalog": catalog or CatalogResource(),
         "chunking": ChunkingResource(),
         "models": models,
         "storage": storage,
         "build": build,
         "gate": PromotionGateResource(),
-        "search": SearchResource(storage=storage, models=models, build=build, read_environment=True),
+        "search": SearchResource(storage=storage, models=models, build=build, read_environment=read_environment),
         "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
     }
 

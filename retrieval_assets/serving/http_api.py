@@ -1,7 +1,8 @@
 """The HTTP API (FastAPI) over the one query entry point.
 
 Every query goes through ``HybridRetriever.run(SearchRequest)``, the path the core ``Searcher``
-(behind the Dagster search resource), the evaluation asset and the CLI use, so an answer over HTTP is the answer the evaluation measured.
+(behind the Dagster search resource), the evaluation asset and the CLI use, so an answer over
+HTTP is the answer the evaluation measured.
 
 * ``POST /search``: a ``SearchRequest`` as JSON; answers the ``RetrievalResult`` (hits with
   per-strategy provenance, fusion, strategies, rerank and refine flags, timings, diagnostics).

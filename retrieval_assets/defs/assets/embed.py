@@ -1,9 +1,10 @@
-"""chunks -> dense_embeddings, sparse_embeddings; the per-shard cache warm-up; the vocabulary.
+"""chunks -> dense_embeddings, sparse_embeddings; the per-shard cache warm-up.
 
 Every encoder call goes through the content-addressed embedding cache: a chunk whose text,
 chunker config and model are unchanged is never encoded twice.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,8 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
-from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache
+from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
+from retrieval_assets.core.embed.cache import CacheStats
 from retrieval_assets.core.io.tables import frame_to_chunks
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, stopwatch, table_metadata
 from retrieval_assets.defs.partitions import shard_of, source_shards
@@ -25,12 +27,31 @@ from retrieval_assets.defs.resources import (
 )
 
 GROUP = "embed"
-# vocabulary is written into the candidate version: it belongs to the index stage (and, being
-# downstream of index_candidate, would otherwise make the embed and index groups depend on each other).
 
 
-def _cache_metadata(stats: CacheStats, seconds: float, cache: EmbeddingCache) -> dict[str, Any]:
-    return {
+def _embed_chunks(
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    build: IndexBuildResource,
+    chunks: pd.DataFrame,
+    kind: str,
+    encoder: DenseEncoder | SparseEncoder,
+    embed: Callable[..., tuple[pd.DataFrame, CacheStats]],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Every chunk's vectors from ``embed`` (``embed_dense`` / ``embed_sparse``) through the
+    ``kind`` cache, and the metadata both embedding assets record."""
+    cache = embedding_cache(storage.cache_dir, kind, encoder)
+    with stopwatch() as timer:
+        frame, stats = embed(
+            frame_to_chunks(chunks), encoder, cache, log_progress(context, kind), build.embedding_block_rows
+        )
+        # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
+        cache.compact(list(frame["content_hash"]))
+    seconds = timer["seconds"]
+    return frame, {
+        **table_metadata(frame),
+        "vectors": len(frame),
+        "model": encoder.model_name,
         "cache_segments": len(cache.segments()),
         "encoded": stats.encoded,
         "reused_from_cache": stats.reused,
@@ -49,17 +70,8 @@ def dense_embeddings(
 ) -> MaterializeResult[pd.DataFrame]:
     """One L2-normalised vector per chunk from the configured dense encoder (GPU when present)."""
     encoder = models.dense_encoder()
-    cache = embedding_cache(storage.cache_dir, "dense", encoder)
-    with stopwatch() as timer:
-        frame, stats = embed_dense(
-            frame_to_chunks(chunks), encoder, cache, log_progress(context, "dense"), build.embedding_block_rows
-        )
-        # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
-        cache.compact(list(frame["content_hash"]))
-    return MaterializeResult(
-        value=frame,
-        metadata={**table_metadata(frame), "vectors": len(frame), "model": encoder.model_name, "dim": encoder.dim, **_cache_metadata(stats, timer["seconds"], cache)},
-    )
+    frame, metadata = _embed_chunks(context, storage, build, chunks, "dense", encoder, embed_dense)
+    return MaterializeResult(value=frame, metadata={**metadata, "dim": encoder.dim})
 
 
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
@@ -72,23 +84,15 @@ def sparse_embeddings(
 ) -> MaterializeResult[pd.DataFrame]:
     """SPLADE term weights per chunk, for learned-sparse retrieval."""
     encoder = models.sparse_encoder()
-    cache = embedding_cache(storage.cache_dir, "sparse", encoder)
-    with stopwatch() as timer:
-        frame, stats = embed_sparse(
-            frame_to_chunks(chunks), encoder, cache, log_progress(context, "sparse"), build.embedding_block_rows
-        )
-        cache.compact(list(frame["content_hash"]))
+    frame, metadata = _embed_chunks(context, storage, build, chunks, "sparse", encoder, embed_sparse)
     nonzeros = frame["indices"].map(len) if len(frame) else pd.Series([0])
     return MaterializeResult(
         value=frame,
         metadata={
-            **table_metadata(frame),
-            "vectors": len(frame),
-            "model": encoder.model_name,
+            **metadata,
             "vocab_size": encoder.vocab_size,
             "mean_nonzero_terms": round(float(nonzeros.mean()), 1),
             "p95_nonzero_terms": float(np.percentile(nonzeros, 95)),
-            **_cache_metadata(stats, timer["seconds"], cache),
         },
     )
 
@@ -100,6 +104,7 @@ def embedding_cache_shard(
     chunking: ChunkingResource,
     models: ModelResource,
     storage: IndexStorageResource,
+    build: IndexBuildResource,
 ) -> MaterializeResult:
     """Dense and SPLADE vectors of one hash shard of one catalog source, into the embedding cache.
 
@@ -115,11 +120,12 @@ def embedding_cache_shard(
     chunks = chunk_documents(shard, chunking.settings())
     dense, sparse = models.dense_encoder(), models.sparse_encoder()
     with stopwatch() as timer:
+        block = build.embedding_block_rows
         _, dense_stats = embed_dense(
-            chunks, dense, embedding_cache(storage.cache_dir, "dense", dense), log_progress(context, "dense")
+            chunks, dense, embedding_cache(storage.cache_dir, "dense", dense), log_progress(context, "dense"), block
         )
         _, sparse_stats = embed_sparse(
-            chunks, sparse, embedding_cache(storage.cache_dir, "sparse", sparse), log_progress(context, "sparse")
+            chunks, sparse, embedding_cache(storage.cache_dir, "sparse", sparse), log_progress(context, "sparse"), block
         )
     return MaterializeResult(
         metadata={

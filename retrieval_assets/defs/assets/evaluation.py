@@ -31,7 +31,7 @@ from retrieval_assets.core.evaluation.gate import LATENCY_METRIC, QUALITY_METRIC
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, records_table, stopwatch
+from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexStorageResource,
@@ -50,8 +50,8 @@ def evaluated_version(context: AssetExecutionContext, versions: IndexVersions, r
 
 
 def _table(frame: pd.DataFrame) -> MetadataValue:
-    """A table in the UI; missing values (None, NaN) render blank."""
-    return records_table(frame.to_dict("records"), [str(c) for c in frame.columns])
+    """The whole frame as a table in the UI; missing values (None, NaN) render blank."""
+    return preview(frame, rows=len(frame))
 
 
 _GATE_COLUMNS = ["metric", "candidate", "promoted", "floor", "allowed_drop", "budget"]
@@ -60,7 +60,7 @@ _GATE_COLUMNS = ["metric", "candidate", "promoted", "floor", "allowed_drop", "bu
 def _gate_table(decision: GateDecision) -> MetadataValue:
     """Candidate vs promoted, per gated metric; a blank cell is a value that does not apply or does not exist."""
     rows = [{"metric": metric, **values} for metric, values in decision.comparison.items()]
-    return records_table(rows, _GATE_COLUMNS)
+    return _table(pd.DataFrame(rows, columns=_GATE_COLUMNS))
 
 
 def _gate_numbers(decision: GateDecision) -> dict[str, float]:

@@ -16,7 +16,7 @@ from retrieval_assets.core.index.build import graph_violations, publish_graph
 from retrieval_assets.core.index.graph import collect_tool_graph, graph_summary
 from retrieval_assets.core.io.tables import frame_to_documents
 from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL, NIGHTLY_FRESHNESS
+from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL, NIGHTLY_FRESHNESS, candidate_layout
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import IndexBuildResource, IndexStorageResource
 
@@ -51,7 +51,7 @@ def knowledge_graph(
     """Tool-tool edges from catalog relations and tool-domain links, for bounded graph expansion,
     written into the candidate version."""
     documents = frame_to_documents(cleaned_documents)
-    path = storage.versions().version(index_candidate.version).layout.graph
+    path = candidate_layout(storage, index_candidate).graph
     with stopwatch() as timer:
         graph = collect_tool_graph(documents, domain_fields=build.graph_domain_fields)
         # A reused version is complete (maybe serving): it is read, never written again.

@@ -124,6 +124,11 @@ def _index_result(
     return result
 
 
+def candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) -> IndexLayout:
+    """Where the candidate's indexes, vocabulary and graph are written."""
+    return storage.versions().version(candidate.version).layout
+
+
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"}, owners=OWNERS, code_version="1")
 def index_candidate(
     context: AssetExecutionContext,
@@ -181,7 +186,7 @@ def vocabulary(
 
     Written into the candidate version too, where the query resource reads it without Dagster."""
     encoder = models.dense_encoder()
-    layout = storage.versions().version(index_candidate.version).layout
+    layout = candidate_layout(storage, index_candidate)
     with stopwatch() as timer:
         if index_candidate.reused:
             frame, stats = pd.read_parquet(layout.vocabulary), None
@@ -210,10 +215,6 @@ def vocabulary(
     )
 
 
-def _candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) -> IndexLayout:
-    return storage.versions().version(candidate.version).layout
-
-
 @asset(
     group_name=GROUP,
     kinds={"faiss"},
@@ -233,7 +234,7 @@ def faiss_index(
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
-    path = _candidate_layout(storage, index_candidate).faiss
+    path = candidate_layout(storage, index_candidate).faiss
     with stopwatch() as timer:
         store = (
             FaissDenseStore.open(path)
@@ -274,7 +275,7 @@ def qdrant_edge_index(
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
-    path = _candidate_layout(storage, index_candidate).qdrant
+    path = candidate_layout(storage, index_candidate).qdrant
     with stopwatch() as timer:
         store = (
             QdrantEdgeStore.open(path)
@@ -319,7 +320,7 @@ def tantivy_index(
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """tantivy BM25 index with filterable payload fields, context tokens and facet values."""
-    path = _candidate_layout(storage, index_candidate).lexical
+    path = candidate_layout(storage, index_candidate).lexical
     with stopwatch() as timer:
         store = (
             TantivyLexicalStore.open(path)
@@ -415,7 +416,8 @@ def index_version(
     servers = storage.servers()
     held = {**backend_chunk_ids(version), **(servers.chunk_ids(version.id) if servers else {})}
     differences = backend_differences(held, set(chunks["chunk_id"]))
-    consistent = not disagreeing_backends(differences)
+    disagreeing = disagreeing_backends(differences)
+    consistent = not disagreeing
     if consistent and not version.sealed:
         # The ids just read are the ones checked: the stores are not opened a second time.
         seal_candidate(versions, version, index_candidate.fingerprint, chunks, held, run_id=context.run.run_id)
@@ -439,7 +441,7 @@ def index_version(
                 metadata={
                     "by_backend": MetadataValue.json(differences),
                     "backends": len(differences),
-                    "disagreeing_backends": len(disagreeing_backends(differences)),
+                    "disagreeing_backends": len(disagreeing),
                     "missing": sum(d["missing"] for d in differences.values()),
                     "unexpected": sum(d["unexpected"] for d in differences.values()),
                 },
