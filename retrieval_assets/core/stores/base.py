@@ -60,6 +60,12 @@ class IndexStore(ABC):
     @abstractmethod
     def chunk_ids(self) -> set[str]: ...
 
+    def delete(self, chunk_ids: Iterable[str]) -> None:
+        """Remove these chunks (ids the store does not hold are ignored); visible after
+        ``finalize``. The embedded stores implement it for delta builds, which start from a copy
+        of the promoted version; server indexes are written whole for each version."""
+        raise NotImplementedError(f"{self.backend} store cannot delete chunks")
+
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Make everything written so far durable and searchable (commit, optimise, save)."""
 

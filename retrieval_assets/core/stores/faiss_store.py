@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ import faiss
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.stores.filters import MetadataFilter
@@ -186,6 +187,29 @@ class FaissDenseStore(DenseStore):
         self._row_of.update((int(point_id), start + i) for i, point_id in enumerate(ids))
         self._columns = None
         self._dirty = True
+
+    def delete(self, chunk_ids: Iterable[str]) -> None:
+        """Remove these chunks (unknown ids are ignored). Saved by ``finalize``."""
+        rows = [
+            row
+            for chunk_id in dict.fromkeys(chunk_ids)
+            if (row := self._row_of.get(point_int64(chunk_id))) is not None
+            and self._payloads[row]["chunk_id"] == chunk_id
+        ]
+        if rows:
+            self._drop_rows(np.array(rows, dtype=np.int64))
+            self._columns = None
+            self._dirty = True
+
+    @staticmethod
+    def stored_payloads(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, Payload]:
+        """The payloads saved at ``path`` (only ``chunk_ids`` when given) by chunk id, read
+        without loading the index: what a delta build reuses for the chunks it keeps."""
+        directory, _ = read_manifest(path, FaissDenseStore.backend)
+        table = pq.read_table(directory / PAYLOAD_FILE, columns=["chunk_id", "payload"])
+        if chunk_ids is not None:
+            table = table.filter(pc.is_in(table.column("chunk_id"), pa.array(list(chunk_ids), type=pa.string())))
+        return dict(zip(table.column("chunk_id").to_pylist(), map(json.loads, table.column("payload").to_pylist()), strict=True))
 
     def search_dense(
         self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()

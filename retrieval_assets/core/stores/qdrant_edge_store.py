@@ -17,7 +17,7 @@ Engine notes (qdrant-edge-py 0.9.0):
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,6 +190,14 @@ class QdrantEdgeStore(DenseStore, SparseStore):
             if self._unoptimized >= self.optimize_every:
                 shard.optimize()
                 self._unoptimized = 0
+        shard.flush()
+
+    def delete(self, chunk_ids: Iterable[str]) -> None:
+        """Remove these chunks (unknown ids are ignored); the optimiser vacuums them later."""
+        ids = [point_uuid(chunk_id) for chunk_id in dict.fromkeys(chunk_ids)]
+        shard = self._open_shard()
+        for start in range(0, len(ids), self.batch_size):
+            shard.update(qe.UpdateOperation.delete_points(ids[start : start + self.batch_size]))
         shard.flush()
 
     def upsert_dense(self, payloads: Sequence[Payload], vectors: np.ndarray) -> None:

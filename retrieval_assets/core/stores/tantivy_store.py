@@ -27,7 +27,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,15 @@ class TantivyLexicalStore(LexicalStore):
             # A delete applies to every earlier document, committed or not, so this replaces.
             writer.delete_documents_by_term("chunk_id", payload["chunk_id"])
             writer.add_document(self._document(payload))
+
+    def delete(self, chunk_ids: Iterable[str]) -> None:
+        """Remove these chunks (unknown ids are ignored); searchable after ``finalize``. Deleted
+        documents stay in BM25's statistics (document frequencies, average length) until their
+        segment is merged, which tantivy-py cannot ask for, so scores drift from those of an
+        index built without them: delta builds rebuild the lexical index instead."""
+        writer = self._open_writer()
+        for chunk_id in chunk_ids:
+            writer.delete_documents_by_term("chunk_id", chunk_id)
 
     def finalize(self) -> None:
         """Commit pending writes and make them visible to searches."""

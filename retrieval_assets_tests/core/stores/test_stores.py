@@ -216,6 +216,33 @@ def test_dense_upsert_replaces_existing_chunk(dense):
     assert holder["store"].search_dense(new_vector[0], top_k=1)[0].payload["title"] == "Vector search, revised"
 
 
+def test_dense_delete_removes_chunks_from_search_and_disk(dense):
+    kind, path, holder = dense
+    store = holder["store"]
+    gone = {CHUNK_IDS[0], CHUNK_IDS[FAR]}
+    store.delete([*gone, "no-such-chunk#0", CHUNK_IDS[0]])
+    store.finalize()
+    kept = [i for i, chunk_id in enumerate(CHUNK_IDS) if chunk_id not in gone]
+    expected = sorted(((float(VECTORS[i] @ VECTORS[0]), CHUNK_IDS[i]) for i in kept), reverse=True)[:5]
+    for current in (store, None):
+        if current is None:
+            store.close()
+            holder["store"] = current = open_dense(kind, path)
+        assert current.count() == len(kept) and current.chunk_ids() == set(CHUNK_IDS) - gone
+        hits = current.search_dense(VECTORS[0], top_k=5)
+        assert [h.chunk_id for h in hits] == [chunk_id for _, chunk_id in expected]
+        assert [h.score for h in hits] == pytest.approx([score for score, _ in expected], abs=1e-5)
+        assert current.search_dense(FAR_QUERY, top_k=3, filters=parse_filters({"tenant_id": "initech"})) == []
+
+
+def test_faiss_stored_payloads_are_read_without_the_index(tmp_path):
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
+    assert FaissDenseStore.stored_payloads(path, {CHUNK_IDS[2], "no-such-chunk#0"}) == {CHUNK_IDS[2]: PAYLOADS[2]}
+
+
 def test_dense_dimension_mismatch_is_a_clear_error(dense):
     store = dense[2]["store"]
     with pytest.raises(ValueError, match="dimension|shape"):
@@ -358,6 +385,19 @@ def test_qdrant_keeps_both_vectors_and_hybrid_fuses(qdrant):
     year = parse_filters({"year": {"gte": 2025}})
     narrow = qdrant.search_hybrid(FAR_QUERY, SPARSE[0], top_k=1, filters=year, prefetch_limit=1)
     assert [h.chunk_id for h in narrow] == [CHUNK_IDS[FAR]]
+
+
+def test_qdrant_delete_removes_both_vectors(qdrant, tmp_path):
+    qdrant.delete([CHUNK_IDS[1], "no-such-chunk#0"])
+    qdrant.finalize()
+    assert qdrant.count() == len(PAYLOADS) - 1 and CHUNK_IDS[1] not in qdrant.chunk_ids()
+    assert CHUNK_IDS[1] not in {h.chunk_id for h in qdrant.search_sparse(SPARSE[1], top_k=len(PAYLOADS))}
+    assert CHUNK_IDS[1] not in {h.chunk_id for h in qdrant.search_dense(VECTORS[1], top_k=len(PAYLOADS))}
+    # Deleting and upserting again restores the point with both vectors.
+    qdrant.upsert(PAYLOADS[1:2], dense=VECTORS[1:2], sparse=SPARSE[1:2])
+    qdrant.finalize()
+    assert qdrant.search_sparse(SPARSE[1], top_k=1)[0].chunk_id == CHUNK_IDS[1]
+    assert qdrant.search_dense(VECTORS[1], top_k=1)[0].chunk_id == CHUNK_IDS[1]
 
 
 def test_qdrant_second_open_fails_clearly(qdrant):
@@ -530,6 +570,19 @@ def test_tantivy_reopen_and_replace(lexical):
     assert store.count() == len(PAYLOADS)
     assert store.search_text("zeppelin", top_k=3)[0].chunk_id == CHUNK_IDS[0]
     assert CHUNK_IDS[0] not in {h.chunk_id for h in store.search_text("HNSW", top_k=3)}
+
+
+def test_tantivy_delete_removes_chunks_after_finalize(lexical):
+    path, holder = lexical
+    store = holder["store"]
+    store.delete([CHUNK_IDS[1], "no-such-chunk#0"])
+    assert store.search_text("running", top_k=1)[0].chunk_id == CHUNK_IDS[1]  # not yet committed
+    store.finalize()
+    store.close()
+    holder["store"] = store = TantivyLexicalStore.open(path)
+    assert store.count() == len(PAYLOADS) - 1 and store.chunk_ids() == set(CHUNK_IDS) - {CHUNK_IDS[1]}
+    assert store.search_text("running runner", top_k=3) == []
+    assert store.fetch_documents([PAYLOADS[1]["doc_id"]]) == []
 
 
 def test_tantivy_one_writer_many_readers(lexical):
