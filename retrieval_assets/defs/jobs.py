@@ -2,7 +2,8 @@
 
 ``index_build_job`` is the whole incremental build, unpartitioned, ending at the sealed
 candidate; the candidate sensor then starts ``evaluation_job``, which promotes only through the
-gate. ``embedding_shards_job`` backfills the embedding cache per catalog source and hash shard.
+gate. ``document_update_job`` (started by the inbox sensor) does both in one run, so posted
+documents are searchable without waiting for a second run to start. ``embedding_shards_job`` backfills the embedding cache per catalog source and hash shard.
 """
 
 
@@ -37,6 +38,13 @@ index_build_job = define_asset_job(
     "index_build_job",
     selection=BUILD,
     description="The whole incremental build: ingest, clean, chunk, embed what changed, write and seal a candidate.",
+)
+
+document_update_job = define_asset_job(
+    "document_update_job",
+    selection=WHOLE_BUILD,
+    description="Take in the documents posted to the inbox: the incremental build (a delta from the promoted "
+    "version when little changed), then evaluation and gated promotion, in one run.",
 )
 
 embedding_shards_job = define_asset_job(

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dagster import Config, ConfigurableResource, Definitions, EnvVar, InitResourceContext, definitions
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
+from retrieval_assets.core.ingest.inbox import INBOX_DIR, DocumentInbox
 from retrieval_assets.core.ingest.catalog import CatalogSource, GoldSet, discover_sources, load_gold, source_name
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
@@ -43,6 +44,8 @@ from retrieval_assets.core.index.versions import DEFAULT_KEEP, IndexVersion, Ind
 from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.paths import DEFAULT_CATALOG, default_home
 
+INBOX_SOURCE = "inbox"
+
 
 class CatalogResource(ConfigurableResource):
     """Which catalogs to ingest: the main one (a JSONL tool catalog or a BEIR directory, with gold
@@ -55,12 +58,27 @@ class CatalogResource(ConfigurableResource):
     gold_path: str | None = None
     # Extra catalogs: a BEIR directory or a .jsonl(.gz) tool catalog per entry, named after it.
     sources_dir: str | None = None
+    # The document inbox (``POST /documents``), read as one more source and applied after the
+    # catalogs; ``code_location_resources`` points it at the storage home's ``inbox``.
+    inbox_dir: str | None = None
+    # document_inbox_sensor: at most one build per this many seconds while documents are
+    # pending, or at once when this many are pending.
+    inbox_build_interval_seconds: int = Field(30, ge=0)
+    inbox_build_at_pending: int = Field(100, ge=1)
+
+    def inbox(self) -> DocumentInbox | None:
+        return DocumentInbox(Path(self.inbox_dir)) if self.inbox_dir else None
 
     def sources(self) -> dict[str, CatalogSource]:
-        """Catalog sources by name: the partition keys of the per-source assets."""
+        """Catalog sources by name: the partition keys of the per-source assets. The inbox is
+        one once it exists, after the catalogs."""
         main = CatalogSource(format=self.format, path=self.path, tenant_id=self.tenant_id)
-        found = discover_sources(self.sources_dir) if self.sources_dir else {}
-        return {source_name(self.path): main, **found}
+        found = {source_name(self.path): main, **(discover_sources(self.sources_dir) if self.sources_dir else {})}
+        if self.inbox_dir and Path(self.inbox_dir).is_dir():
+            if INBOX_SOURCE in found:
+                raise ValueError(f"a catalog is named {INBOX_SOURCE!r}, the document inbox's source name: rename it")
+            found[INBOX_SOURCE] = CatalogSource(format="inbox", path=self.inbox_dir, tenant_id=self.tenant_id)
+        return found
 
     def gold(self) -> GoldSet | None:
         gold_dir = self.gold_path or (self.path if self.format == "beir" else None)
@@ -182,6 +200,14 @@ class IndexStorageResource(ConfigurableResource):
     @property
     def cache_dir(self) -> Path:
         return Path(self.home) / "embedding_cache"
+
+    @property
+    def ingest_cache_dir(self) -> Path:
+        return Path(self.home) / "ingest_cache"
+
+    @property
+    def inbox_dir(self) -> Path:
+        return Path(self.home) / INBOX_DIR
 
     def versions(self) -> IndexVersions:
         return IndexVersions(Path(self.home) / "indexes")
@@ -337,11 +363,14 @@ def code_location_resources(
     tests). With ``read_environment`` server settings and secrets are read from the environment
     when a run starts, not here."""
     storage = IndexStorageResource(read_environment=read_environment, **_given(home=home))
+    catalog = catalog or CatalogResource()
+    if catalog.inbox_dir is None:  # the inbox the HTTP API writes: beside the indexes it serves
+        catalog = CatalogResource(**{**catalog.model_dump(), "inbox_dir": str(storage.inbox_dir)})
     models = models or ModelResource()
     # Indexing and querying share one build resource, so both use the same context-token mapping.
     build = build or IndexBuildResource()
     return {
-        "catalog": catalog or CatalogResource(),
+        "catalog": catalog,
         "chunking": ChunkingResource(),
         "models": models,
         "storage": storage,

@@ -18,6 +18,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 CatalogFormat = Literal["tool_catalog", "beir"]
+# A source is a catalog file in one of those formats, or the document inbox (``inbox.py``), whose
+# entries carry their own format and tenant.
+SourceFormat = Literal["tool_catalog", "beir", "inbox"]
 
 
 class CatalogError(ValueError):
@@ -38,11 +41,12 @@ class RawRow(BaseModel):
 class CatalogSource(BaseModel):
     """Where a catalog lives and how to read it.
 
-    ``path`` is a ``.jsonl``/``.jsonl.gz`` file for ``tool_catalog`` and a BEIR directory
-    (holding ``corpus.jsonl`` or ``corpus.jsonl.gz``) for ``beir``.
+    ``path`` is a ``.jsonl``/``.jsonl.gz`` file for ``tool_catalog``, a BEIR directory
+    (holding ``corpus.jsonl`` or ``corpus.jsonl.gz``) for ``beir``, and the inbox directory for
+    ``inbox``.
     """
 
-    format: CatalogFormat
+    format: SourceFormat
     path: str
     tenant_id: str = "default"
 

@@ -30,10 +30,10 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -185,7 +185,7 @@ _BEIR_FIELDS = frozenset({"_id", "title", "text", "metadata"})
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-class _Rejected(Exception):
+class RowRejected(Exception):
     """Raised while mapping a row; becomes a QuarantineRecord."""
 
     def __init__(self, reason: QuarantineReason, detail: str, doc_id: str | None = None) -> None:
@@ -214,10 +214,10 @@ def _is_scalar(value: Any) -> bool:
 def _parse_id(record: dict[str, Any], key: str) -> str:
     value = record.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise _Rejected(QuarantineReason.MISSING_ID, f"field {key!r} is missing or empty")
+        raise RowRejected(QuarantineReason.MISSING_ID, f"field {key!r} is missing or empty")
     if isinstance(value, bool) or not isinstance(value, str | int):
         found = type(value).__name__
-        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string or integer, got {found}")
+        raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string or integer, got {found}")
     return str(value).strip()
 
 
@@ -227,7 +227,7 @@ def _optional_str(record: dict[str, Any], key: str, doc_id: str, *, required: bo
         return ""
     if not isinstance(value, str):
         found = "missing" if value is None else type(value).__name__
-        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string, got {found}", doc_id)
+        raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be a string, got {found}", doc_id)
     return value
 
 
@@ -237,7 +237,7 @@ def _optional_object(record: dict[str, Any], key: str, doc_id: str) -> dict[str,
         return {}
     if not isinstance(value, dict):
         found = type(value).__name__
-        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be an object, got {found}", doc_id)
+        raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, f"{key} must be an object, got {found}", doc_id)
     return value
 
 
@@ -247,7 +247,7 @@ def _str_list(value: Any, what: str, doc_id: str, *, allow_int: bool = False) ->
         return []
     if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, allowed) for v in value):
         kinds = "strings or integers" if allow_int else "strings"
-        raise _Rejected(QuarantineReason.INVALID_FIELD_TYPE, f"{what} must be a list of {kinds}", doc_id)
+        raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, f"{what} must be a list of {kinds}", doc_id)
     return [str(v) for v in value]
 
 
@@ -256,24 +256,24 @@ def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
     if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isdigit():
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
-        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is an integer beyond 64 bits", doc_id)
+        raise RowRejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is an integer beyond 64 bits", doc_id)
     if value is None or _is_scalar(value):
         return value
     if isinstance(value, list) and all(v is None or _is_scalar(v) for v in value):
         return [str(v) for v in value if v is not None]
-    raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is nested deeper than one level", doc_id)
+    raise RowRejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is nested deeper than one level", doc_id)
 
 
 def _put_metadata(flat: dict[str, MetadataValue], key: str, value: MetadataValue | None, doc_id: str) -> None:
     if not key.strip() or key.endswith("."):
-        raise _Rejected(QuarantineReason.INVALID_METADATA, f"metadata key {key!r} is empty", doc_id)
+        raise RowRejected(QuarantineReason.INVALID_METADATA, f"metadata key {key!r} is empty", doc_id)
     if value is None:
         return
     if key in _RESERVED_KEYS or key.startswith(_RELATIONS_PREFIX):
         key = f"meta_{key}"
     if key in flat:
         detail = f"metadata key {key!r} occurs twice after flattening"
-        raise _Rejected(QuarantineReason.INVALID_METADATA, detail, doc_id)
+        raise RowRejected(QuarantineReason.INVALID_METADATA, detail, doc_id)
     flat[key] = value
 
 
@@ -333,12 +333,12 @@ def _to_document(parsed: _Parsed, fmt: CatalogFormat, max_text_chars: int) -> Do
     if len(parsed.body) > max_text_chars:
         # Checked before cleaning so a pathological row costs nothing to reject.
         detail = f"text has {len(parsed.body):,} chars, limit {max_text_chars:,}"
-        raise _Rejected(QuarantineReason.TEXT_TOO_LONG, detail, parsed.doc_id)
+        raise RowRejected(QuarantineReason.TEXT_TOO_LONG, detail, parsed.doc_id)
     title = clean_text(parsed.title)
     body = clean_text(parsed.body)
     if not body and (fmt == "tool_catalog" or not title):
         what = "description" if fmt == "tool_catalog" else "title and text"
-        raise _Rejected(QuarantineReason.EMPTY_TEXT, f"{what} empty after cleaning", parsed.doc_id)
+        raise RowRejected(QuarantineReason.EMPTY_TEXT, f"{what} empty after cleaning", parsed.doc_id)
     # A title-only BEIR record keeps its title as text: every kept document has text to chunk.
     body = body or title
 
@@ -354,25 +354,30 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> Document:
+def parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> Document:
     if row.utf8_error:
-        raise _Rejected(QuarantineReason.INVALID_UTF8, "line is not valid UTF-8 (undecodable bytes shown as U+FFFD)")
+        raise RowRejected(QuarantineReason.INVALID_UTF8, "line is not valid UTF-8 (undecodable bytes shown as U+FFFD)")
     if not row.raw.strip():
-        raise _Rejected(QuarantineReason.BLANK_LINE, "blank line")
+        raise RowRejected(QuarantineReason.BLANK_LINE, "blank line")
     try:
         record = json.loads(row.raw, parse_constant=_reject_constant)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise _Rejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
+        raise RowRejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
     except ValueError as exc:  # NaN / Infinity: Python accepts them, JSON and the stores do not
-        raise _Rejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
+        raise RowRejected(QuarantineReason.MALFORMED_JSON, str(exc)) from None
     try:
         # A "\ud800" escape parses into a lone surrogate that no UTF-8 writer (Parquet) can store.
         json.dumps(record, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise _Rejected(QuarantineReason.INVALID_UTF8, f"unpaired surrogate escape in the record ({exc.reason})") from None
+        raise RowRejected(QuarantineReason.INVALID_UTF8, f"unpaired surrogate escape in the record ({exc.reason})") from None
     if not isinstance(record, dict):
-        raise _Rejected(QuarantineReason.NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
+        raise RowRejected(QuarantineReason.NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
     return _to_document(_PARSERS[fmt](record, tenant_id), fmt, max_text_chars)
+
+
+# Turns one row into a Document or raises RowRejected: ``parse_row`` with the format, tenant and
+# limit bound, or a memo of it (``ingest.memo.ParsedRows``).
+RowParser = Callable[[RawRow], Document]
 
 
 def clean_rows(
@@ -380,6 +385,7 @@ def clean_rows(
     fmt: CatalogFormat,
     tenant_id: str = "default",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+    parse: RowParser | None = None,
 ) -> CleaningResult:
     """Turn raw rows into Documents, quarantining each row that cannot be used and why.
 
@@ -387,6 +393,7 @@ def clean_rows(
     """
     if fmt not in _PARSERS:
         raise ValueError(f"unknown catalog format {fmt!r}; expected one of {sorted(_PARSERS)}")
+    parse = parse or partial(parse_row, fmt=fmt, tenant_id=tenant_id, max_text_chars=max_text_chars)
     documents: list[Document] = []
     quarantine: list[QuarantineRecord] = []
     kept: dict[str, tuple[int, str]] = {}  # doc_id -> (line kept from, text), for duplicate details
@@ -395,14 +402,14 @@ def clean_rows(
     for row in rows:
         rows_in += 1
         try:
-            document = _parse_row(row, fmt, tenant_id, max_text_chars)
+            document = parse(row)
             if document.doc_id in kept:
                 line, text = kept[document.doc_id]
                 same = "identical" if text == document.text else "different"
-                raise _Rejected(
+                raise RowRejected(
                     QuarantineReason.DUPLICATE_ID, f"id already kept from line {line}; text is {same}", document.doc_id
                 )
-        except _Rejected as rejected:
+        except RowRejected as rejected:
             quarantine.append(
                 QuarantineRecord(
                     source=row.source,

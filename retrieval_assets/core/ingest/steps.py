@@ -1,4 +1,5 @@
-"""Ingest steps: read every catalog line, clean it (or quarantine it with a reason), chunk it.
+"""Ingest steps: read every catalog line, clean it (or quarantine it with a reason), apply the
+document inbox's upserts and deletes, chunk.
 
 Each step is a plain function over tables so that any asset can be re-materialized alone from
 the Parquet output of the one before it.
@@ -6,46 +7,246 @@ the Parquet output of the one before it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.ingest.catalog import CatalogSource, catalog_file, load_raw_rows
+from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow, catalog_file, load_raw_rows
 from retrieval_assets.core.ingest.chunking import make_chunker
-from retrieval_assets.core.ingest.cleaning import CleaningResult, CleaningStats, clean_rows
-from retrieval_assets.core.io.tables import frame_to_raw_rows, raw_rows_to_frame
-from retrieval_assets.core.models import Chunk, Document
+from retrieval_assets.core.ingest.cleaning import (
+    DEFAULT_MAX_TEXT_CHARS,
+    RAW_EXCERPT_CHARS,
+    CleaningResult,
+    CleaningStats,
+    QuarantineReason,
+    clean_rows,
+)
+from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation, InboxOutcome
+from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.io.tables import (
+    CHUNK_COLUMNS,
+    chunks_to_frame,
+    frame_to_documents,
+    frame_to_raw_rows,
+    raw_rows_to_frame,
+)
+from retrieval_assets.core.models import Chunk, Document, QuarantineRecord
 from retrieval_assets.core.settings import ChunkingSettings
+
+def source_key(source: CatalogSource) -> str:
+    """The ``source`` column of a source's raw rows: its file, or the inbox directory."""
+    return source.path if source.format == "inbox" else str(catalog_file(source.path, source.format))
+
+
+def _raw_rows(source: CatalogSource) -> Iterator[RawRow]:
+    if source.format != "inbox":
+        return load_raw_rows(source)
+    # One row per inbox entry, archived ones first: the order in which a build applies them.
+    entries = DocumentInbox(Path(source.path)).snapshot()
+    fields = set(InboxEntry.model_fields)
+    return (
+        RawRow(source=source.path, line_number=n, raw=json.dumps(entry.model_dump(mode="json", include=fields)))
+        for n, entry in enumerate(entries, start=1)
+    )
 
 
 def read_raw_catalog(source: CatalogSource) -> pd.DataFrame:
-    return raw_rows_to_frame(load_raw_rows(source))
+    return raw_rows_to_frame(_raw_rows(source))
 
 
 def read_raw_catalogs(sources: Sequence[CatalogSource]) -> pd.DataFrame:
     """Every line of every source; the ``source`` column says which file it came from."""
-    return raw_rows_to_frame(row for source in sources for row in load_raw_rows(source))
+    return raw_rows_to_frame(row for source in sources for row in _raw_rows(source))
 
 
-def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
-    return clean_rows(frame_to_raw_rows(raw), source.format, source.tenant_id)
+@dataclass
+class CleanedCatalogs:
+    """The documents a build indexes: every catalog cleaned, then the inbox applied.
+
+    ``rows_in == len(documents) + len(quarantine) + superseded + tombstones``: a catalog or inbox
+    document replaced by a later upsert, or removed by a delete, is ``superseded``; each delete
+    entry is a ``tombstone``. ``receipts`` says what became of each inbox entry."""
+
+    documents: list[Document]
+    quarantine: list[QuarantineRecord]
+    stats: CleaningStats
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+    superseded: int = 0
+    tombstones: int = 0
+
+    @property
+    def rows_in(self) -> int:
+        return self.stats.rows_in
 
 
-def clean_catalogs(raw: pd.DataFrame, sources: Sequence[CatalogSource]) -> CleaningResult:
-    """Each source's rows cleaned with its own format and tenant, the results concatenated."""
-    results = []
+def clean_catalog(raw: pd.DataFrame, source: CatalogSource, memo: ParsedRows | None = None) -> CleaningResult:
+    """One source's documents; for the inbox, the documents its entries leave (upserts applied,
+    deletes honoured). With a ``memo``, rows parsed by the last build are not parsed again."""
+    if source.format == "inbox":
+        applied = apply_inbox([], frame_to_raw_rows(raw))
+        return CleaningResult(documents=applied.documents, quarantine=applied.quarantine, stats=applied.stats)
+    parse = memo.parser(source.format, source.tenant_id, DEFAULT_MAX_TEXT_CHARS) if memo else None
+    return clean_rows(frame_to_raw_rows(raw), source.format, source.tenant_id, parse=parse)
+
+
+def clean_catalogs(
+    raw: pd.DataFrame, sources: Sequence[CatalogSource], memo: ParsedRows | None = None
+) -> CleanedCatalogs:
+    """Each catalog's rows cleaned with its own format and tenant, the results concatenated, then
+    the inbox's entries applied on top, in the order they were accepted."""
+    results, inbox_rows = [], []
     for source in sources:
-        rows = raw[raw["source"] == str(catalog_file(source.path, source.format))]
-        results.append(clean_catalog(rows, source))
-    unclaimed = len(raw) - sum(r.stats.rows_in for r in results)
-    if unclaimed:
-        raise ValueError(f"{unclaimed} raw rows come from no configured source: re-materialize raw_catalog")
-    return CleaningResult(
-        documents=[d for r in results for d in r.documents],
-        quarantine=[q for r in results for q in r.quarantine],
-        stats=CleaningStats.combine(r.stats for r in results),
+        rows = raw[raw["source"] == source_key(source)]
+        if source.format == "inbox":
+            inbox_rows.append(rows)
+        else:
+            results.append(clean_catalog(rows, source, memo))
+    if memo is not None:
+        memo.save()
+    claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
+    if len(raw) != claimed:
+        raise ValueError(f"{len(raw) - claimed} raw rows come from no configured source: re-materialize raw_catalog")
+    documents = [d for r in results for d in r.documents]
+    quarantine = [q for r in results for q in r.quarantine]
+    stats = CleaningStats.combine(r.stats for r in results)
+    if not inbox_rows:
+        return CleanedCatalogs(documents, quarantine, stats)
+    applied = apply_inbox(documents, (row for rows in inbox_rows for row in frame_to_raw_rows(rows)))
+    return CleanedCatalogs(
+        applied.documents,
+        quarantine + applied.quarantine,
+        CleaningStats.combine([stats, applied.stats]),
+        applied.receipts,
+        applied.superseded,
+        applied.tombstones,
     )
+
+
+def apply_inbox(documents: Sequence[Document], rows: Iterable[RawRow]) -> CleanedCatalogs:
+    """``documents`` with the inbox entries in ``rows`` applied in order.
+
+    An upsert's record is cleaned again with its format's rules (as the catalog's rows are);
+    one that fails is quarantined and its receipt ``rejected``. An upsert replaces the
+    document with the same id and tenant, or is added; an id another tenant's document holds is
+    refused (``duplicate_id``), since chunk ids are per document id. A delete removes the
+    document if present."""
+    slots: list[Document | None] = list(documents)
+    position = {(d.tenant_id, d.doc_id): i for i, d in enumerate(documents)}
+    tenants_of: dict[str, set[str]] = {}
+    for doc in documents:
+        tenants_of.setdefault(doc.doc_id, set()).add(doc.tenant_id)
+    quarantine: list[QuarantineRecord] = []
+    receipts: list[dict[str, Any]] = []
+    superseded = tombstones = rows_in = 0
+
+    def receipt(entry: InboxEntry, outcome: InboxOutcome, reason: str | None = None, detail: str | None = None) -> None:
+        receipts.append(
+            {
+                "receipt": entry.receipt,
+                "operation": entry.operation.value,
+                "doc_id": entry.doc_id,
+                "tenant_id": entry.tenant_id,
+                "outcome": outcome.value,
+                "reason": reason,
+                "detail": detail,
+            }
+        )
+
+    for row in rows:
+        rows_in += 1
+        entry = InboxEntry.model_validate_json(row.raw)
+        key = (entry.tenant_id, entry.doc_id)
+        if entry.operation is InboxOperation.DELETE:
+            tombstones += 1
+            if key in position:
+                slots[position.pop(key)] = None
+                tenants_of[entry.doc_id].discard(entry.tenant_id)
+                superseded += 1
+            receipt(entry, InboxOutcome.DELETED)
+            continue
+        record_row = RawRow(source=row.source, line_number=row.line_number, raw=json.dumps(entry.record))
+        cleaned = clean_rows([record_row], entry.format, entry.tenant_id)
+        rejection = cleaned.quarantine[0] if cleaned.quarantine else None
+        if rejection is None:
+            doc = cleaned.documents[0]
+            others = tenants_of.get(doc.doc_id, set()) - {entry.tenant_id}
+            if doc.doc_id != entry.doc_id:
+                problem = (QuarantineReason.INVALID_FIELD_TYPE, f"the record's id {doc.doc_id!r} is not the entry's")
+            elif others:
+                problem = (QuarantineReason.DUPLICATE_ID, "another catalog already holds a document with this id")
+            else:
+                problem = None
+            if problem:
+                rejection = QuarantineRecord(
+                    source=row.source,
+                    line_number=row.line_number,
+                    doc_id=entry.doc_id,
+                    reason=problem[0].value,
+                    detail=problem[1],
+                    raw=record_row.raw[:RAW_EXCERPT_CHARS],
+                )
+        if rejection is not None:
+            quarantine.append(rejection)
+            receipt(entry, InboxOutcome.REJECTED, rejection.reason, rejection.detail)
+            continue
+        if key in position:
+            slots[position[key]] = doc
+            superseded += 1
+        else:
+            position[key] = len(slots)
+            slots.append(doc)
+        tenants_of.setdefault(doc.doc_id, set()).add(entry.tenant_id)
+        receipt(entry, InboxOutcome.INDEXED)
+
+    kept = [doc for doc in slots if doc is not None]
+    counts = {reason.value: 0 for reason in QuarantineReason}
+    for record in quarantine:
+        counts[record.reason] += 1
+    stats = CleaningStats(
+        rows_in=rows_in,
+        rows_kept=rows_in - len(quarantine) - tombstones,
+        rows_quarantined=len(quarantine),
+        by_reason=counts,
+    )
+    return CleanedCatalogs(kept, quarantine, stats, receipts, superseded, tombstones)
+
+
+def chunk_frame(
+    documents: pd.DataFrame, settings: ChunkingSettings, memo: ChunkMemo | None = None
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The chunks of a documents frame, in document order. With a ``memo``, a document whose
+    cleaned fields are unchanged since the last build keeps its chunks instead of being chunked
+    again. Returns the chunks frame and how many documents were chunked and reused."""
+    if memo is None:
+        return chunks_to_frame(chunk_documents(frame_to_documents(documents), settings)), {
+            "documents_chunked": len(documents),
+            "documents_reused": 0,
+        }
+    keys = memo.document_keys(documents).to_numpy()
+    previous = memo.previous()
+    known = pd.Series(keys).isin(previous["doc_key"]).to_numpy()
+    fresh = chunks_to_frame(chunk_documents(frame_to_documents(documents[~known]), settings))
+    key_of = dict(zip(zip(documents["tenant_id"], documents["doc_id"], strict=True), keys, strict=True))
+    fresh["doc_key"] = pd.Series(
+        [key_of[pair] for pair in zip(fresh["tenant_id"], fresh["doc_id"], strict=True)], dtype="uint64"
+    )
+    reused = previous[previous["doc_key"].isin(keys[known])]
+    frame = pd.concat([reused, fresh], ignore_index=True) if len(reused) else fresh
+    position = pd.Series(range(len(keys)), index=keys)
+    frame = (
+        frame.assign(_position=position.reindex(frame["doc_key"]).to_numpy())
+        .sort_values(["_position", "ordinal"], kind="stable")
+        .drop(columns="_position")
+        .reset_index(drop=True)
+    )
+    memo.save(frame)
+    stats = {"documents_chunked": int((~known).sum()), "documents_reused": int(known.sum())}
+    return frame[list(CHUNK_COLUMNS)].astype(CHUNK_COLUMNS), stats
 
 
 def chunk_documents(documents: Sequence[Document], settings: ChunkingSettings) -> list[Chunk]:

@@ -37,6 +37,16 @@ QUARANTINE_COLUMNS: dict[str, str] = {
     "detail": "string",
     "raw": "string",
 }
+# What became of each inbox entry in a build (``ingest.steps.apply_inbox``).
+RECEIPT_COLUMNS: dict[str, str] = {
+    "receipt": "string",
+    "operation": "string",
+    "doc_id": "string",
+    "tenant_id": "string",
+    "outcome": "string",
+    "reason": "string",
+    "detail": "string",
+}
 CHUNK_COLUMNS: dict[str, str] = {
     "chunk_id": "string",
     "doc_id": "string",
@@ -95,6 +105,14 @@ def frame_to_documents(frame: pd.DataFrame) -> list[Document]:
 
 def quarantine_to_frame(records: Iterable[QuarantineRecord]) -> pd.DataFrame:
     return _frame((record.model_dump() for record in records), QUARANTINE_COLUMNS)
+
+
+def receipts_to_frame(receipts: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    return _frame(receipts, RECEIPT_COLUMNS)
+
+
+def frame_to_receipts(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return list(_records(frame, RECEIPT_COLUMNS, "inbox receipts"))
 
 
 def chunks_to_frame(chunks: Iterable[Chunk]) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""raw_catalog -> cleaned_documents (+ quarantined_documents) -> chunks."""
+"""raw_catalog -> cleaned_documents (+ quarantined_documents, inbox_receipts) -> chunks."""
 
 
 import pandas as pd
@@ -14,16 +14,17 @@ from dagster import (
     multi_asset,
 )
 
-from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalogs, read_raw_catalogs
+from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs
 from retrieval_assets.core.io.tables import (
-    chunks_to_frame,
     documents_to_frame,
-    frame_to_documents,
     quarantine_to_frame,
+    receipts_to_frame,
 )
+from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.ingest.cleaning import QuarantineReason
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
-from retrieval_assets.defs.resources import CatalogResource, ChunkingResource
+from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
 GROUP = "ingest"
 MAX_QUARANTINE_RATIO = 0.2
@@ -73,6 +74,14 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
             description="Raw rows that cleaning could not use, each with its line number, reason and detail; "
             "kept for inspection and never indexed.",
         ),
+        "inbox_receipts": AssetOut(
+            io_manager_key="parquet_io_manager",
+            kinds={"parquet"},
+            owners=OWNERS,
+            code_version="1",
+            description="What became of each document-inbox entry in this build (indexed, deleted, or rejected "
+            "with its quarantine reason); index_version archives them once the candidate is sealed.",
+        ),
     },
     check_specs=[
         AssetCheckSpec(
@@ -83,14 +92,22 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
         )
     ],
 )
-def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, raw_catalog: pd.DataFrame):
-    """NFKC, LaTeX and whitespace cleanup; rows that cannot be used are quarantined with a reason."""
+def cleaned_documents(
+    context: AssetExecutionContext, catalog: CatalogResource, storage: IndexStorageResource, raw_catalog: pd.DataFrame
+):
+    """NFKC, LaTeX and whitespace cleanup; rows that cannot be used are quarantined with a reason.
+    The document inbox's upserts and deletes are applied after the catalogs. Rows unchanged since
+    the last build are not parsed again (``core.ingest.memo``)."""
+    memo = ParsedRows(storage.ingest_cache_dir)
     with stopwatch() as timer:
-        result = clean_catalogs(raw_catalog, list(catalog.sources().values()))
+        result = clean_catalogs(raw_catalog, list(catalog.sources().values()), memo)
     kept, quarantined = documents_to_frame(result.documents), quarantine_to_frame(result.quarantine)
-    if len(kept) + len(quarantined) != len(raw_catalog):
+    receipts = receipts_to_frame(result.receipts)
+    accounted = len(kept) + len(quarantined) + result.superseded + result.tombstones
+    if accounted != len(raw_catalog):
         raise RuntimeError(
             f"row accounting broke: {len(raw_catalog)} in, {len(kept)} kept + {len(quarantined)} quarantined"
+            f" + {result.superseded} superseded by the inbox + {result.tombstones} inbox deletes"
         )
     by_reason = quarantined["reason"].value_counts().to_dict() if len(quarantined) else {}
     # Every reason, zeros included, as numbers: the UI plots each one over time.
@@ -106,6 +123,10 @@ def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, 
             "quarantined": len(quarantined),
             "quarantine_by_reason": MetadataValue.json(by_reason),
             **counts_by_reason,
+            "rows_parsed": memo.parsed,
+            "rows_reused_from_memo": memo.reused,
+            "superseded_by_inbox": result.superseded,
+            "inbox_deletes": result.tombstones,
             "seconds": timer["seconds"],
             "preview": preview(kept, ["doc_id", "title", "text"]),
         },
@@ -119,6 +140,17 @@ def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, 
             "by_reason": MetadataValue.json(by_reason),
             **counts_by_reason,
             "preview": preview(quarantined, ["line_number", "doc_id", "reason", "detail"]),
+        },
+    )
+    outcomes = receipts["outcome"].value_counts().to_dict() if len(receipts) else {}
+    yield Output(
+        receipts,
+        output_name="inbox_receipts",
+        metadata={
+            **table_metadata(receipts),
+            "entries": len(receipts),
+            **{f"outcome/{outcome.value}": int(outcomes.get(outcome.value, 0)) for outcome in InboxOutcome},
+            "preview": preview(receipts, ["receipt", "operation", "doc_id", "outcome", "reason"]),
         },
     )
     yield AssetCheckResult(
@@ -156,12 +188,16 @@ def cleaned_documents(context: AssetExecutionContext, catalog: CatalogResource, 
     ],
 )
 def chunks(
-    context: AssetExecutionContext, chunking: ChunkingResource, cleaned_documents: pd.DataFrame
+    context: AssetExecutionContext,
+    chunking: ChunkingResource,
+    storage: IndexStorageResource,
+    cleaned_documents: pd.DataFrame,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
-    """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{doc_id}#{n}``."""
+    """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{doc_id}#{n}``;
+    documents unchanged since the last build keep their chunks (``core.ingest.memo``)."""
     settings = chunking.settings()
     with stopwatch() as timer:
-        frame = chunks_to_frame(chunk_documents(frame_to_documents(cleaned_documents), settings))
+        frame, memo_stats = chunk_frame(cleaned_documents, settings, ChunkMemo(storage.ingest_cache_dir, settings))
     duplicates = int(frame["chunk_id"].duplicated().sum())
     empty = int((frame["text"].str.strip() == "").sum())
     return MaterializeResult(
@@ -170,6 +206,7 @@ def chunks(
             **table_metadata(frame),
             "chunks": len(frame),
             "documents": int(frame["doc_id"].nunique()),
+            **memo_stats,
             "chunker": settings.kind,
             "window_words": settings.window_words,
             "overlap_words": settings.overlap_words,

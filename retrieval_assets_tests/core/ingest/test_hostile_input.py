@@ -22,7 +22,7 @@ from retrieval_assets.core.ingest.catalog import CatalogSource, read_raw_rows
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
-from retrieval_assets.defs.resources import CatalogResource, ChunkingResource
+from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
 GENERATOR = TEST_DATA / "make_hostile_catalog.py"
 GOOD_PADDING = 250  # keeps the quarantine ratio under the blocking 20 % check
@@ -84,6 +84,7 @@ def _ingest(path: Path, artifacts: Path):
         resources={
             "catalog": CatalogResource(format="tool_catalog", path=str(path)),
             "chunking": ChunkingResource(),
+            "storage": IndexStorageResource(home=str(artifacts / "home")),
             "parquet_io_manager": ParquetIOManager(base_dir=str(artifacts)),
         },
         raise_on_error=False,
@@ -112,7 +113,7 @@ def test_a_mostly_hostile_catalog_stops_before_chunks(catalog: Path, tmp_path: P
     [check] = result.get_asset_check_evaluations()
     assert check.check_name == "quarantine_ratio_below_threshold" and not check.passed
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"raw_catalog", "cleaned_documents", "quarantined_documents"}
+    assert materialized == {"raw_catalog", "cleaned_documents", "quarantined_documents", "inbox_receipts"}
     # The quarantine table is written before the check blocks, so the rows can be inspected.
     assert len(pd.read_parquet(tmp_path / "quarantined_documents.parquet")) == sum(1 for *_, r in ROWS if r)
 

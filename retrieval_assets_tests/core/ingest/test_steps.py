@@ -1,0 +1,140 @@
+"""Ingest steps: the document inbox applied after the catalogs, and the re-run memo of cleaning
+and chunking, on the bundled SciFact sample."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation, InboxOutcome
+from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs
+from retrieval_assets.core.io.tables import documents_to_frame
+from retrieval_assets.core.settings import ChunkingSettings
+from retrieval_assets.paths import BUNDLED_DATA
+
+CATALOG = CatalogSource(format="beir", path=str(BUNDLED_DATA / "scifact_mini"))
+
+
+def _upsert(doc_id: str, text: str, tenant: str = "default", **record: object) -> InboxEntry:
+    return InboxEntry.new(
+        InboxOperation.UPSERT, doc_id, tenant, format="beir", record={"_id": doc_id, "title": "", "text": text, **record}
+    )
+
+
+def _delete(doc_id: str, tenant: str = "default") -> InboxEntry:
+    return InboxEntry.new(InboxOperation.DELETE, doc_id, tenant)
+
+
+def _clean_with_inbox(tmp_path: Path, entries: list[InboxEntry], memo: ParsedRows | None = None):
+    inbox = DocumentInbox(tmp_path / "inbox")
+    inbox.append(entries)
+    sources = [CATALOG, CatalogSource(format="inbox", path=str(inbox.directory))]
+    raw = read_raw_catalogs(sources)
+    return raw, clean_catalogs(raw, sources, memo)
+
+
+def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_accounted_for(tmp_path: Path) -> None:
+    catalog_only = clean_catalogs(read_raw_catalogs([CATALOG]), [CATALOG])
+    first, second = catalog_only.documents[0].doc_id, catalog_only.documents[1].doc_id
+    entries = [
+        _upsert("posted-1", "A new abstract about zebrafish fin regeneration."),
+        _upsert(first, "The first document, rewritten."),
+        _delete(second),
+        _delete("never-existed"),
+        _upsert("posted-1", "The new abstract, corrected."),
+        _upsert(first, "Another tenant may not take an id that the catalog holds.", tenant="acme"),
+        _upsert("posted-2", ""),  # empty text: rejected with the cleaning reason
+    ]
+    raw, cleaned = _clean_with_inbox(tmp_path, entries)
+
+    by_key = {(d.tenant_id, d.doc_id): d for d in cleaned.documents}
+    assert by_key[("default", "posted-1")].text == "The new abstract, corrected."
+    assert by_key[("default", first)].text == "The first document, rewritten."
+    assert ("default", second) not in by_key and ("acme", first) not in by_key
+    assert len(cleaned.documents) == len(catalog_only.documents)  # one added, one deleted
+    assert len(raw) == len(cleaned.documents) + len(cleaned.quarantine) + cleaned.superseded + cleaned.tombstones
+    assert cleaned.superseded == 3 and cleaned.tombstones == 2
+
+    outcomes = {(r["doc_id"], r["tenant_id"], r["operation"]): (r["outcome"], r["reason"]) for r in cleaned.receipts}
+    assert [r["receipt"] for r in cleaned.receipts] == [e.receipt for e in entries]
+    assert outcomes[(second, "default", "delete")] == (InboxOutcome.DELETED, None)
+    assert outcomes[(first, "acme", "upsert")] == (InboxOutcome.REJECTED, "duplicate_id")
+    assert outcomes[("posted-2", "default", "upsert")] == (InboxOutcome.REJECTED, "empty_text")
+    rejected = {q.doc_id: q for q in cleaned.quarantine if q.source == str(tmp_path / "inbox")}
+    assert set(rejected) == {first, "posted-2"} and rejected["posted-2"].reason == "empty_text"
+
+
+def test_archived_entries_are_replayed_before_pending_ones(tmp_path: Path) -> None:
+    inbox = DocumentInbox(tmp_path / "inbox")
+    older = _upsert("posted-1", "Taken in by an earlier version.")
+    inbox.append([older])
+    inbox.take_in("v-earlier", {older.receipt: (InboxOutcome.INDEXED, None, None)})
+    _, cleaned = _clean_with_inbox(tmp_path, [_upsert("posted-2", "Still pending.")])
+    posted = {d.doc_id: d.text for d in cleaned.documents if d.doc_id.startswith("posted-")}
+    assert posted == {"posted-1": "Taken in by an earlier version.", "posted-2": "Still pending."}
+    assert [r["doc_id"] for r in cleaned.receipts] == ["posted-1", "posted-2"]
+
+
+def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(BUNDLED_DATA / "scifact_mini", catalog)
+    source = CatalogSource(format="beir", path=str(catalog))
+    settings = ChunkingSettings()
+
+    def build(memo_dir: Path | None) -> tuple[pd.DataFrame, pd.DataFrame, ParsedRows | None, dict[str, int]]:
+        raw = read_raw_catalogs([source])
+        memo = ParsedRows(memo_dir) if memo_dir else None
+        cleaned = clean_catalogs(raw, [source], memo)
+        documents = documents_to_frame(cleaned.documents)
+        chunks, stats = chunk_frame(documents, settings, ChunkMemo(memo_dir, settings) if memo_dir else None)
+        return documents, chunks, memo, stats
+
+    memo_dir = tmp_path / "memo"
+    _, _, first_memo, first_stats = build(memo_dir)
+    assert first_memo.reused == 0 and first_stats["documents_reused"] == 0
+
+    corpus = catalog / "corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    changed = json.loads(lines[3]) | {"text": "A changed abstract about circadian rhythm in shift workers."}
+    lines[3] = json.dumps(changed)
+    lines.insert(10, json.dumps({"_id": "inserted", "title": "Inserted", "text": "An inserted abstract."}))
+    corpus.write_text("\n".join(lines[:-1]) + "\n")  # the last document removed
+
+    documents, chunks, memo, stats = build(memo_dir)
+    assert memo.parsed == 2 and memo.reused == len(lines) - 3
+    assert stats == {"documents_chunked": 2, "documents_reused": len(documents) - 2}
+    plain_documents, plain_chunks, _, _ = build(None)
+    pd.testing.assert_frame_equal(documents, plain_documents)
+    pd.testing.assert_frame_equal(chunks, plain_chunks)
+
+
+def test_memo_misses_when_the_chunker_settings_change(tmp_path: Path) -> None:
+    cleaned = clean_catalogs(read_raw_catalogs([CATALOG]), [CATALOG])
+    documents = documents_to_frame(cleaned.documents[:20])
+    chunk_frame(documents, ChunkingSettings(), ChunkMemo(tmp_path, ChunkingSettings()))
+    narrow = ChunkingSettings(window_words=40, overlap_words=10)
+    chunks, stats = chunk_frame(documents, narrow, ChunkMemo(tmp_path, narrow))
+    assert stats["documents_reused"] == 0
+    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, narrow)[0])
+
+
+@pytest.mark.parametrize("bad_line", ['{"_id": "x", "text": ', "", '{"_id": "dup", "text": "again"}'])
+def test_memo_keeps_quarantine_reasons_and_duplicate_rule(tmp_path: Path, bad_line: str) -> None:
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    lines = [json.dumps({"_id": "dup", "text": "first"}), bad_line, json.dumps({"_id": "ok", "text": "fine"})]
+    (catalog / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    source = CatalogSource(format="beir", path=str(catalog))
+    raw = read_raw_catalogs([source])
+    plain = clean_catalogs(raw, [source])
+    clean_catalogs(raw, [source], ParsedRows(tmp_path / "memo"))
+    memo = ParsedRows(tmp_path / "memo")
+    again = clean_catalogs(raw, [source], memo)
+    assert memo.reused == 3 and memo.parsed == 0
+    assert again.documents == plain.documents and again.quarantine == plain.quarantine
