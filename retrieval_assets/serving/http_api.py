@@ -8,11 +8,15 @@ HTTP is the answer the evaluation measured.
   per-strategy provenance, fusion, strategies, rerank and refine flags, timings, diagnostics).
 * ``GET /search/stream``: the same search as Server-Sent Events: a ``meta`` event (query,
   strategies, fusion, count, timings, diagnostics), one ``hit`` event per hit, then ``done``.
-* ``POST /documents``: one catalog record, cleaned by the catalog's own rules; a record that
-  would be quarantined is a 422 with the quarantine reason. Accepted documents are appended to
-  the inbox (``$RETRIEVAL_ASSETS_HOME/inbox/documents.jsonl``, see ``inbox.py``) and answered with
-  202: they become searchable after the next build, which reads the inbox.
-* ``GET /documents/{id}``: the indexed document (its first chunk) or the pending one.
+* ``POST /documents``: one catalog record or an array of them, each cleaned by the catalog's own
+  rules; if any would be quarantined the answer is a 422 naming each such record and its reason,
+  and nothing is written. Otherwise all are appended to the document inbox in one write
+  (``$RETRIEVAL_ASSETS_HOME/inbox/``, see ``core.ingest.inbox``) and answered with 202 and one
+  receipt each: the next build applies them.
+* ``DELETE /documents/{id}``: queues the document's removal (202 with its receipt); 404 unless the
+  served index or the inbox holds the document.
+* ``GET /documents/{id}``: the document's status (pending, indexed or deleted in a version,
+  rejected with the reason) and the served index's copy of it (its first chunk), if any.
 * ``GET /health``: each backend's readiness and count, vocabulary and graph, and the index version.
 
 Bad input (query length, ``top_k`` range, filter shape, malformed control tags, a natural-language
@@ -38,11 +42,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
 from retrieval_assets.core.ingest.cleaning import clean_rows
+from retrieval_assets.core.ingest.inbox import (
+    ArchivedEntry,
+    DocumentInbox,
+    DocumentStatus,
+    InboxEntry,
+    InboxOperation,
+    InboxOutcome,
+    document_status,
+)
 from retrieval_assets.core.index.layout import IndexLayout
-from retrieval_assets.core.models import FusionMethod, RetrievalResult, SearchRequest, Strategy
+from retrieval_assets.core.models import FusionMethod, QuarantineRecord, RetrievalResult, SearchRequest, StoreHit, Strategy
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.searcher import Searcher
-from retrieval_assets.serving.inbox import DocumentInbox
 from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
 
 logger = logging.getLogger(__name__)
@@ -55,7 +67,7 @@ MAX_CONTEXT_ITEMS = 32
 # a document's text at 200k characters anyway.
 MAX_SEARCH_BODY_BYTES = 64_000
 MAX_DOCUMENT_BYTES = 2_000_000
-
+MAX_DOCUMENT_BATCH = 1_000  # records in one POST /documents
 TenantParam = Annotated[str | None, Query(min_length=1, max_length=MAX_TENANT_CHARS, description="only this tenant")]
 
 
@@ -120,27 +132,54 @@ class StreamParams(_SearchFields):
     context_metadata: str | None = Field(None, description="JSON object, as in POST /search", max_length=10_000)
 
 
-class DocumentView(BaseModel):
-    status: Literal["indexed", "pending"]
+DocumentTenantParam = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_TENANT_CHARS,
+        description="the document's tenant; POST and DELETE default to the server's default tenant, GET looks in every tenant",
+    ),
+]
+
+
+class DocumentReceipt(BaseModel):
+    """One accepted upsert or delete, pending until a build takes it in (see GET /documents/{id})."""
+
+    receipt: str
+    operation: InboxOperation
     doc_id: str
     tenant_id: str
-    title: str
-    text: str  # indexed: the text of the first chunk
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    chunk_id: str | None = None  # indexed only
-    received_at: str | None = None  # pending only
-
-
-class DocumentAccepted(BaseModel):
     status: Literal["pending"] = "pending"
-    document: DocumentView
-    message: str = "accepted; searchable after the next index build"
+    received_at: str
+
+
+class DocumentsAccepted(BaseModel):
+    receipts: list[DocumentReceipt]  # one per record, in the order posted
+    message: str = "accepted; the next index build applies it"
+
+
+class DocumentView(DocumentStatus):
+    """A document's status (``version``: the promoted version that serves it so, or for a rejected
+    entry the one whose build refused it; ``candidate``: a sealed version that took it in but is
+    not promoted yet), with its latest inbox entry's ``receipt``, ``operation`` and
+    ``received_at``, and the served index's copy (``title``, ``text`` and ``chunk_id`` of the first
+    chunk, ``metadata``) when the served index holds the document."""
+
+    doc_id: str
+    tenant_id: str
+    receipt: str | None = None
+    operation: InboxOperation | None = None
+    received_at: str | None = None
+    title: str | None = None
+    text: str | None = None
+    chunk_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class ErrorBody(BaseModel):
     detail: str
     error: str  # the core's exception class (ControlTagError, FilterError), else the HTTP status phrase
-    reason: str | None = None  # POST /documents: the quarantine reason
+    reason: str | None = None  # POST /documents: the (first) quarantined record's reason
     errors: list[dict[str, Any]] | None = None  # schema violations, one per field
 
 
@@ -155,19 +194,32 @@ def create_app(
 ) -> FastAPI:
     """The API over a ``Searcher`` or a factory of ``HybridRetriever`` (then ``layout`` is required).
 
-    ``home`` holds the inbox (default: the storage home, the parent of the versions' root, or
-    the parent of ``layout.root``);
-    ``catalog_format`` and ``default_tenant`` are how posted documents are cleaned, as the catalog is.
+    ``home`` holds the document inbox, ``home/inbox`` (default: the storage home, the parent of
+    the versions' root, or the parent of ``layout.root``); ``catalog_format`` and
+    ``default_tenant`` are how posted documents are cleaned, as the catalog is. Document statuses
+    follow the ``Searcher``'s promoted version; over a factory, which has no versions, an entry
+    taken in counts as applied when the index does (or, for a delete, does not) hold the document.
     """
     if isinstance(search, Searcher):
         service = SearchService.for_searcher(search)
         home = home or search.versions.root.parent
+        versions = search.versions
     else:
         if layout is None:
             raise TypeError("create_app(factory) needs layout= (where the factory's indexes live)")
         service = SearchService.for_layout(search, layout)
         home = home or layout.root.parent
+        versions = None
     inbox = DocumentInbox.under(home)
+
+    def status_of(entry: InboxEntry, served: bool) -> DocumentStatus:
+        if versions is not None:
+            return document_status(entry, versions.promoted())
+        # No versions to compare with: whether the index holds the document says if the entry is applied.
+        applied = isinstance(entry, ArchivedEntry) and entry.outcome is not InboxOutcome.REJECTED
+        if applied and served == (entry.outcome is InboxOutcome.INDEXED):
+            return DocumentStatus(status=entry.outcome.value)
+        return document_status(entry, None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -225,53 +277,107 @@ def create_app(
     @app.post(
         "/documents",
         status_code=202,
-        response_model=DocumentAccepted,
+        response_model=DocumentsAccepted,
         tags=["documents"],
         max_body_size=MAX_DOCUMENT_BYTES,
+        responses={
+            422: {
+                "model": ErrorBody,
+                "description": "a record would be quarantined (`reason`; one `errors` item per such record, "
+                "`loc` [\"body\", index] in an array), or the array is empty or too long: nothing is written",
+            }
+        },
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "description": f"One catalog record in the catalog's format ({catalog_format}).",
-                "content": {"application/json": {"schema": {"type": "object"}}},
+                "description": f"One catalog record in the catalog's format ({catalog_format}), or an array of 1 to "
+                f"{MAX_DOCUMENT_BATCH:,} of them; at most {MAX_DOCUMENT_BYTES:,} bytes in all.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "oneOf": [
+                                {"type": "object"},
+                                {"type": "array", "items": {"type": "object"}, "minItems": 1, "maxItems": MAX_DOCUMENT_BATCH},
+                            ]
+                        }
+                    }
+                },
             }
         },
     )
-    async def post_document(request: Request, tenant: TenantParam = None) -> DocumentAccepted:
-        """Clean one record as the catalog is cleaned and queue it for the next build."""
-        row = _raw_row(await request.body())
-        cleaned = await run_in_threadpool(clean_rows, [row], catalog_format, tenant or default_tenant)
+    async def post_documents(request: Request, tenant: DocumentTenantParam = None) -> DocumentsAccepted:
+        """Clean each record as the catalog is cleaned and queue them all for the next build, or none
+        if any would be quarantined; one receipt per record, in order."""
+        rows, batch = _document_rows(await request.body())
+        cleaned = await run_in_threadpool(clean_rows, rows, catalog_format, tenant or default_tenant)
         if cleaned.quarantine:
-            rejected = cleaned.quarantine[0]
-            raise _Quarantined(rejected.reason, rejected.detail or rejected.reason)
-        record = json.loads(row.raw)
-        problem = _unstorable(record)
-        if problem:  # cleaning lets these through, but no build step can store them (reported core gap)
-            raise _Quarantined("invalid_utf8" if "surrogate" in problem else "malformed_json", problem)
-        entry = await run_in_threadpool(inbox.append, cleaned.documents[0], record, catalog_format)
-        return DocumentAccepted(document=_pending_view(entry.document.model_dump(), entry.received_at))
+            raise _Quarantined(cleaned.quarantine, batch)
+        for index, document in enumerate(cleaned.documents):
+            if tenant and document.tenant_id != tenant:  # a tool record may name its own tenant
+                where = f"record {index}: " if batch else ""
+                raise HTTPException(422, f"{where}its tenant_id {document.tenant_id!r} is not the request's tenant {tenant!r}")
+        entries = [
+            InboxEntry.new(
+                InboxOperation.UPSERT, document.doc_id, document.tenant_id, format=catalog_format, record=json.loads(row.raw)
+            )
+            for row, document in zip(rows, cleaned.documents, strict=True)
+        ]
+        await run_in_threadpool(inbox.append, entries)
+        return DocumentsAccepted(receipts=[DocumentReceipt.model_validate(entry.model_dump()) for entry in entries])
 
     @app.exception_handler(_Quarantined)
     async def quarantined(_: Request, exc: _Quarantined) -> JSONResponse:
-        return _error(422, f"{exc.reason}: {exc.detail}", "QuarantinedRecord", reason=exc.reason)
+        return _error(422, exc.detail, "QuarantinedRecord", reason=exc.reason, errors=exc.errors)
+
+    @app.delete(
+        "/documents/{doc_id:path}",
+        status_code=202,
+        response_model=DocumentsAccepted,
+        tags=["documents"],
+        responses={404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}},
+    )
+    def delete_document(doc_id: str, tenant: DocumentTenantParam = None) -> DocumentsAccepted:
+        """Queue the document's removal for the next build. It must be served, or live in the inbox
+        (its latest entry an upsert, pending or indexed)."""
+        tenant_id = tenant or default_tenant
+        latest = inbox.latest(doc_id, tenant_id)
+        live = (
+            latest is not None
+            and latest.operation is InboxOperation.UPSERT
+            and (not isinstance(latest, ArchivedEntry) or latest.outcome is InboxOutcome.INDEXED)
+        )
+        if not live and service.fetch_document(doc_id, tenant_id) is None:
+            raise _no_document(doc_id, tenant_id)
+        entry = InboxEntry.new(InboxOperation.DELETE, doc_id, tenant_id)
+        inbox.append([entry])
+        return DocumentsAccepted(
+            receipts=[DocumentReceipt.model_validate(entry.model_dump())],
+            message="accepted; the next index build removes it",
+        )
 
     @app.get(
         "/documents/{doc_id:path}",
         response_model=DocumentView,
         tags=["documents"],
-        responses={404: {"model": ErrorBody}},
+        responses={404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}},
     )
-    def get_document(doc_id: str, tenant: TenantParam = None) -> DocumentView:
-        """The indexed document (its first chunk), else the pending one from the inbox."""
-        hit = service.fetch_document(doc_id, tenant)
-        if hit is not None:
-            payload = dict(hit.payload)
-            core = {key: payload.pop(key) for key in ("doc_id", "tenant_id", "title", "text", "chunk_id")}
-            payload.pop("section", None)
-            return DocumentView(status="indexed", metadata=payload, **core)
-        entry = inbox.find(doc_id, tenant)
+    def get_document(doc_id: str, tenant: DocumentTenantParam = None) -> DocumentView:
+        """The status of the document's latest inbox entry (pending; indexed or deleted in the
+        promoted version; rejected with the quarantine reason), else ``indexed`` when only the
+        served index holds it; with the served index's copy when it has one."""
+        entry = inbox.latest(doc_id, tenant)
+        hit = service.fetch_document(doc_id, entry.tenant_id if entry else tenant)
+        served = _served_copy(hit) if hit else {}
         if entry is not None:
-            return _pending_view(entry.document.model_dump(), entry.received_at)
-        raise HTTPException(404, f"no document {doc_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))
+            status = status_of(entry, served=hit is not None)
+            inbox_fields = {"receipt": entry.receipt, "operation": entry.operation, "received_at": entry.received_at}
+            return DocumentView(
+                **status.model_dump(), **{**served, **inbox_fields, "doc_id": entry.doc_id, "tenant_id": entry.tenant_id}
+            )
+        if hit is None:
+            raise _no_document(doc_id, tenant)
+        promoted = versions.promoted() if versions is not None else None
+        return DocumentView(status="indexed", version=promoted.id if promoted else None, **served)
 
     @app.get("/health", response_model=Health, tags=["health"], responses={503: {"model": Health}})
     def get_health() -> JSONResponse:
@@ -297,9 +403,24 @@ def create_app(
 
 
 class _Quarantined(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
+    """Records of a POST /documents body that cleaning would quarantine (``batch``: the body was
+    an array, so each is named by its index)."""
+
+    def __init__(self, rejected: list[QuarantineRecord], batch: bool) -> None:
+        self.reason = rejected[0].reason
+        self.errors = [
+            {
+                "loc": ["body", record.line_number - 1] if batch and record.line_number else ["body"],
+                "msg": record.detail or record.reason,
+                "type": record.reason,
+                **({"doc_id": record.doc_id} if record.doc_id else {}),
+            }
+            for record in rejected
+        ]
+        where = f"record {rejected[0].line_number - 1}: " if batch and rejected[0].line_number else ""
+        more = f" (and {len(rejected) - 1} more; see errors)" if len(rejected) > 1 else ""
+        self.detail = f"{where}{self.reason}: {rejected[0].detail or self.reason}{more}"
+        super().__init__(self.detail)
 
 
 def _error(status: int, detail: str, error: str, **extra: Any) -> JSONResponse:
@@ -349,5 +470,39 @@ def _raw_row(body: bytes) -> RawRow:
         return RawRow(source="http", line_number=1, raw=body.decode("utf-8", errors="replace"), utf8_error=True)
 
 
-def _pending_view(document: dict[str, Any], received_at: str) -> DocumentView:
-    return DocumentView(status="pending", received_at=received_at, **document)
+def _reject_json_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _document_rows(body: bytes) -> tuple[list[RawRow], bool]:
+    """The body's records as catalog rows, and whether the body was an array of them. Anything
+    but a well-formed array is one record, which cleaning then judges (malformed_json, ...)."""
+    row = _raw_row(body)
+    if row.utf8_error or not row.raw.startswith("["):
+        return [row], False
+    try:
+        records = json.loads(row.raw, parse_constant=_reject_json_constant)
+    except (ValueError, RecursionError):
+        return [row], False
+    if not records:
+        raise HTTPException(422, "the array holds no records")
+    if len(records) > MAX_DOCUMENT_BATCH:
+        raise HTTPException(422, f"at most {MAX_DOCUMENT_BATCH:,} records per request, got {len(records):,}")
+    rows = [
+        RawRow(source="http", line_number=n, raw=json.dumps(record, ensure_ascii=False))
+        for n, record in enumerate(records, start=1)
+    ]
+    return rows, True
+
+
+def _served_copy(hit: StoreHit) -> dict[str, Any]:
+    """DocumentView's fields from the served index's first chunk of the document."""
+    payload = dict(hit.payload)
+    fields = {key: payload.pop(key) for key in ("doc_id", "tenant_id", "title", "text", "chunk_id")}
+    payload.pop("section", None)
+    return {**fields, "metadata": payload}
+
+
+def _no_document(doc_id: str, tenant: str | None) -> HTTPException:
+    # The same answer for another tenant's document as for none at all.
+    return HTTPException(404, f"no document {doc_id!r}" + (f" for tenant {tenant!r}" if tenant else ""))

@@ -7,7 +7,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,11 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.ingest.inbox import INBOX_DIR
+from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError
 from retrieval_assets.serving import create_app
-from retrieval_assets.serving.inbox import INBOX_FILE
 from retrieval_assets.serving.loadtest import run_load_test
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild, build_tenant_indexes
 
@@ -164,52 +163,6 @@ def test_stream_rejects_bad_input_before_streaming(client: TestClient) -> None:
         assert response.status_code == 422 and expected in response.json()["detail"]
 
 
-def test_documents_are_queued_and_read_back(client: TestClient) -> None:
-    record = {"id": "new-tool", "name": "New aligner", "description": "Aligns long reads.", "metadata": {"year": 2025}}
-    response = client.post("/documents", content=json.dumps(record), params={"tenant": "beta"})
-    assert response.status_code == 202, response.text
-    accepted = response.json()["document"]
-    assert accepted["status"] == "pending" and accepted["tenant_id"] == "beta" and accepted["metadata"] == {"year": 2025}
-    assert client.get("/documents/new-tool", params={"tenant": "beta"}).json()["status"] == "pending"
-    assert client.get("/documents/new-tool", params={"tenant": "alpha"}).status_code == 404
-    lines = (client.app.state.inbox.path).read_text().splitlines()
-    assert json.loads(lines[-1])["record"] == record
-
-
-def test_quarantined_documents_are_422_with_the_reason(client: TestClient) -> None:
-    for body, reason in (
-        (b'{"id": "x", "name": "Broken', "malformed_json"),
-        (b'{"id": "x", "name": "Empty", "description": "  "}', "empty_text"),
-        (b'{"name": "No id", "description": "d"}', "missing_id"),
-        (b'{"id": "x", "name": "caf\xe9", "description": "d"}', "invalid_utf8"),
-        (b'{"id": "x", "name": 5, "description": "d"}', "invalid_field_type"),
-        (b"[1, 2]", "not_an_object"),
-    ):
-        response = client.post("/documents", content=body)
-        assert response.status_code == 422 and response.json()["reason"] == reason, response.text
-
-
-def test_concurrent_posts_append_whole_lines(client: TestClient) -> None:
-    def post(i: int) -> int:
-        record = {"id": f"bulk-{i}", "name": f"Tool {i}", "description": "x" * 5_000}
-        return client.post("/documents", content=json.dumps(record)).status_code
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        assert set(pool.map(post, range(40))) == {202}
-    entries = [json.loads(line) for line in client.app.state.inbox.path.read_text().splitlines()]
-    assert {e["document"]["doc_id"] for e in entries} >= {f"bulk-{i}" for i in range(40)}
-
-
-def test_indexed_documents_honour_the_tenant(client: TestClient) -> None:
-    document = client.get("/documents/bwa").json()
-    assert document["status"] == "indexed" and document["tenant_id"] == "alpha" and document["chunk_id"] == "bwa#0"
-    assert document["metadata"]["year"] == 2010
-    assert client.get("/documents/bwa", params={"tenant": "alpha"}).status_code == 200
-    missing = client.get("/documents/bwa", params={"tenant": "beta"})
-    assert missing.status_code == 404 and "bwa" in missing.json()["detail"]
-    assert client.get("/documents/beta-bwa", params={"tenant": "beta"}).json()["tenant_id"] == "beta"
-
-
 def test_health_reports_backends_and_version(client: TestClient, build: TenantBuild) -> None:
     response = client.get("/health")
     assert response.status_code == 200
@@ -232,7 +185,7 @@ def test_without_indexes_health_and_search_say_unavailable(tmp_path: Path) -> No
         assert not any(b["ready"] for b in health.json()["backends"].values())
         assert offline.post("/search", json={"query": "bwa"}).status_code == 503
         assert offline.get("/documents/bwa").status_code == 404
-    assert not (tmp_path / INBOX_FILE).exists()
+    assert not (tmp_path / INBOX_DIR).exists()
 
 
 def test_openapi_and_docs_are_served(client: TestClient) -> None:
