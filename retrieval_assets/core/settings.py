@@ -134,6 +134,11 @@ class IndexBuildSettings(BaseModel):
     graph_domain_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_DOMAIN_FIELDS))
     # Texts encoded between two durable embedding-cache writes: bounds memory and lost work.
     embedding_block_rows: int = Field(DEFAULT_BLOCK_ROWS, ge=1)
+    # A candidate whose chunks differ from the promoted version's by at most this share (new,
+    # changed and removed chunks over the larger chunk count) is built from a copy of that
+    # version's indexes, applying only the changes; above it, or with other models or
+    # settings, every index is built in full. 0 always builds in full.
+    delta_max_changed_fraction: float = Field(0.05, ge=0.0, le=1.0)
 
 
 class PipelineSettings(IndexBuildSettings):

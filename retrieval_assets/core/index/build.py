@@ -44,33 +44,50 @@ UPSERT_ROWS = 4096
 MAX_FACET_VALUES = 1000
 
 
+CHUNK_TABLE_COLUMNS = ["chunk_id", "doc_id", "row_hash"]
+
+
+def chunk_table(chunks: pd.DataFrame) -> pd.DataFrame:
+    """Each chunk's id, document and a hash of its whole row as indexed (text, hash, metadata):
+    a version keeps it, and the next build diffs its chunks against it."""
+    hashes = pd.util.hash_pandas_object(chunks, index=False).to_numpy()
+    return pd.DataFrame({"chunk_id": chunks["chunk_id"].to_numpy(), "doc_id": chunks["doc_id"].to_numpy(), "row_hash": hashes})
+
+
+def _described(settings: Mapping[str, object]) -> str:
+    return json.dumps({**settings, "tantivy_format": TANTIVY_FORMAT_VERSION}, sort_keys=True, default=str)
+
+
 def build_fingerprint(chunks: pd.DataFrame, **settings: object) -> str:
     """What a build's indexes are made of: every chunk row (text, hash, metadata) plus the
     models and index settings. Equal fingerprints mean the same indexes."""
-    rows = pd.util.hash_pandas_object(chunks.sort_values("chunk_id").reset_index(drop=True), index=False)
-    described = json.dumps({**settings, "tantivy_format": TANTIVY_FORMAT_VERSION}, sort_keys=True, default=str)
-    return content_hash(rows.to_numpy().tobytes().hex(), described)
+    rows = chunk_table(chunks).sort_values("chunk_id")["row_hash"]
+    return content_hash(rows.to_numpy().tobytes().hex(), _described(settings))
 
 
+def settings_fingerprint(**settings: object) -> str:
+    """The models and index settings of a build without its chunks: a delta build starts only
+    from a version with the same ones."""
+    return content_hash(_described(settings))
 
-def candidate_fingerprint(
+
+def candidate_fingerprints(
     chunks: pd.DataFrame,
     dense_encoder: DenseEncoder,
     sparse_encoder: SparseEncoder,
     vocabulary: VocabularySettings,
     graph_domain_fields: tuple[str, ...] | list[str],
     context_tokens: ContextTokenSettings,
-) -> str:
-    return build_fingerprint(
-        chunks,
-        dense=encoder_fingerprint(dense_encoder),
-        sparse=encoder_fingerprint(sparse_encoder),
-        vocabulary=vocabulary.model_dump(),
-        graph_domain_fields=list(graph_domain_fields),
-        context_tokens=context_tokens.model_dump(mode="json"),
-    )
-
-
+) -> tuple[str, str]:
+    """The build fingerprint (the version's name) and the settings fingerprint."""
+    settings = {
+        "dense": encoder_fingerprint(dense_encoder),
+        "sparse": encoder_fingerprint(sparse_encoder),
+        "vocabulary": vocabulary.model_dump(),
+        "graph_domain_fields": list(graph_domain_fields),
+        "context_tokens": context_tokens.model_dump(mode="json"),
+    }
+    return build_fingerprint(chunks, **settings), settings_fingerprint(**settings)
 
 
 def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = None) -> list[Payload]:
@@ -101,8 +118,10 @@ def keyword_facets(payloads: Sequence[Payload], field_types: Mapping[str, FieldT
     return {field: sorted(seen) for field, seen in values.items() if 0 < len(seen) <= MAX_FACET_VALUES}
 
 
-def write_vocabulary(frame: pd.DataFrame, layout: IndexLayout) -> None:
-    """The vocabulary next to the indexes, where the query side reads it."""
+def write_vocabulary(frame: pd.DataFrame, counts: pd.DataFrame, layout: IndexLayout) -> None:
+    """The vocabulary next to the indexes, where the query side reads it, and every term's
+    counts, which the next delta build updates."""
+    write_parquet(counts, layout.vocabulary_counts)
     write_parquet(frame, layout.vocabulary)
     fault_point("vocabulary")
 
@@ -139,10 +158,18 @@ def build_faiss_index(
     payloads = index_payloads(chunks, context)
     matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
     store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
-    store.upsert_dense(payloads, matrix)
+    return write_faiss_points(store, payloads, matrix, model_name)
+
+
+def write_faiss_points(
+    store: FaissDenseStore, payloads: list[Payload], matrix: np.ndarray, model_name: str, **facts: object
+) -> FaissDenseStore:
+    """Upsert points into ``store`` (new, or a delta's copy of the base), save it and its build manifest."""
+    if payloads:
+        store.upsert_dense(payloads, matrix)
     fault_point("faiss_index")
     store.finalize()
-    write_build_manifest(path, dense_model=model_name, dim=int(matrix.shape[1]), count=store.count())
+    write_build_manifest(store.directory, dense_model=model_name, dim=store.dim, count=store.count(), **facts)
     return store
 
 
@@ -157,24 +184,37 @@ def build_qdrant_index(
 ) -> QdrantEdgeStore:
     field_types, dim, batches = point_batches(chunks, dense, sparse, context)
     store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, overwrite=True)
+    return write_qdrant_points(store, batches, dense_model, sparse_model)
+
+
+def write_qdrant_points(
+    store: QdrantEdgeStore, batches: Iterator[PointBatch], dense_model: str, sparse_model: str, **facts: object
+) -> QdrantEdgeStore:
+    """Upsert points into ``store`` (new, or a delta's copy of the base), optimise it and write its build manifest."""
     for payloads, vectors, sparse_part in batches:
         store.upsert(payloads, dense=vectors, sparse=sparse_part)
         fault_point("qdrant_edge_index")
     store.finalize()
-    write_build_manifest(path, dense_model=dense_model, sparse_model=sparse_model, dim=dim, count=store.count())
+    write_build_manifest(
+        store.directory, dense_model=dense_model, sparse_model=sparse_model, dim=store.dim, count=store.count(), **facts
+    )
     return store
 
 
 def build_lexical_index(
     path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None
 ) -> TantivyLexicalStore:
-    payloads = index_payloads(chunks, context)
+    return write_lexical_index(path, index_payloads(chunks, context))
+
+
+def write_lexical_index(path: Path, payloads: list[Payload], **facts: object) -> TantivyLexicalStore:
+    """A new tantivy index of ``payloads``, in their order, with its facets in the build manifest."""
     field_types = infer_field_types(payloads)
     store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
     store.add(payloads)
     fault_point("tantivy_index")
     store.finalize()
-    write_build_manifest(path, count=store.count(), facets=keyword_facets(payloads, field_types))
+    write_build_manifest(path, count=store.count(), facets=keyword_facets(payloads, field_types), **facts)
     return store
 
 
@@ -216,11 +256,13 @@ def seal_candidate(
     **facts: Any,
 ) -> dict[str, Any]:
     """Mark ``version`` complete once every backend in ``held`` (backend -> the chunk ids it
-    holds) holds exactly the build's chunk ids."""
+    holds) holds exactly the build's chunk ids. Its chunk table is written first, for the next
+    delta build to diff against."""
     expected = set(chunks["chunk_id"])
     broken = disagreeing_backends(backend_differences(held, expected))
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
+    write_parquet(chunk_table(chunks), version.layout.chunks)
     fault_point("seal")
     return versions.seal(version, fingerprint, chunks=len(expected), documents=int(chunks["doc_id"].nunique()), **facts)
 

@@ -38,6 +38,21 @@ class IndexLayout:
     def graph(self) -> Path:
         return self.root / "graph.parquet"
 
+    @property
+    def vocabulary_counts(self) -> Path:
+        """Every term's document counts, kept ones or not: what a delta build updates."""
+        return self.root / "vocabulary_counts.parquet"
+
+    @property
+    def chunks(self) -> Path:
+        """The chunk ids, documents and row hashes of a sealed version: what a delta diffs against."""
+        return self.root / "chunks.parquet"
+
+    @property
+    def delta_plan(self) -> Path:
+        """The plan of a candidate built as a delta from another version (``delta.DeltaPlan``)."""
+        return self.root / "delta.json"
+
 
 
 def write_build_manifest(path: Path, **facts: object) -> None:

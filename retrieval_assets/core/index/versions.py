@@ -2,7 +2,9 @@
 
 Layout under ``root``::
 
-    versions/<version>/{faiss,qdrant,tantivy,vocabulary.parquet,graph.parquet}
+    versions/<version>/{faiss,qdrant,tantivy,vocabulary.parquet,vocabulary_counts.parquet,graph.parquet}
+    versions/<version>/delta.json        a candidate built from a copy of another version: that base and the changes
+    versions/<version>/chunks.parquet    chunk id, document and row hash of each chunk, what a later delta diffs against
     versions/<version>/version.json      written last: the version is complete ("sealed")
     versions/<version>/evaluation.json   the evaluation report and the promotion gate's verdict
     promoted.json                        the served version, replaced by an atomic rename
@@ -43,6 +45,19 @@ class CandidateRecord:
     # A complete version with this fingerprint existed (nothing changed): nothing is rebuilt.
     reused: bool
     sealed: bool = False
+    # The models and index settings alone (``build.settings_fingerprint``): a delta needs them unchanged.
+    settings_fingerprint: str = ""
+    # The version this candidate is built from by applying only the changed chunks (its plan is
+    # the candidate's ``delta.json``); None: reused, or built in full.
+    base_version: str | None = None
+    # Why it is built this way: reused, delta, or why a delta was not possible.
+    build_reason: str = ""
+
+    @property
+    def mode(self) -> str:
+        if self.reused:
+            return "reused"
+        return f"delta from {self.base_version}" if self.base_version else "full"
 
 
 class VersionError(RuntimeError):
@@ -70,6 +85,12 @@ class IndexVersion:
         if not self.sealed:
             raise VersionError(f"index version {self.id} is incomplete (no {VERSION_MANIFEST})")
         return json.loads((self.path / VERSION_MANIFEST).read_text())
+
+    @property
+    def delta_base(self) -> str | None:
+        """The version an incomplete candidate is being built from (its delta plan names it)."""
+        path = self.layout.delta_plan
+        return None if self.sealed or not path.is_file() else json.loads(path.read_text())["base"]
 
     def evaluation(self) -> dict[str, Any] | None:
         path = self.path / EVALUATION_REPORT
@@ -167,9 +188,9 @@ class IndexVersions:
 
     def prune(self, keep: int = DEFAULT_KEEP, protect: tuple[str, ...] = ()) -> list[str]:
         """Delete sealed versions beyond the newest ``keep``; the promoted one, the one a rollback
-        would return to, and ``protect`` stay."""
+        would return to, the base of every delta build still in progress, and ``protect`` stay."""
         pointer = self.pointer() or {}
-        spared = {*protect, pointer.get("version"), pointer.get("previous")}
+        spared = {*protect, pointer.get("version"), pointer.get("previous"), *self._delta_bases()}
         sealed = self.sealed()
         removed = [v for v in sealed[: max(len(sealed) - keep, 0)] if v.id not in spared]
         for version in removed:
@@ -177,6 +198,14 @@ class IndexVersions:
             (version.path / VERSION_MANIFEST).unlink()
             shutil.rmtree(version.path)
         return [v.id for v in removed]
+
+    def _delta_bases(self) -> set[str]:
+        """Versions that unsealed candidates copy their indexes from (a build in progress, or
+        one that was interrupted and will be re-run)."""
+        if not self.versions_dir.is_dir():
+            return set()
+        candidates = (self.version(p.name) for p in self.versions_dir.iterdir() if p.is_dir())
+        return {base for candidate in candidates if (base := candidate.delta_base)}
 
     def quality_history(self) -> list[dict[str, Any]]:
         """One row per complete version, oldest first: its default-configuration metrics, the

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from itertools import groupby
+from operator import attrgetter
+from typing import NamedTuple
 
 import pandas as pd
 
 from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache, content_hash, encode_with_cache
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback
-from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import VocabularySettings
 from retrieval_assets.core.embed.vectors import dense_values
+from retrieval_assets.core.stores.base import Payload
 
 VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "embedding"]
+# Where a term was seen, in the order a vocabulary row lists them.
+SOURCES = ("description", "keyword", "name")
+# Every term seen, with the number of documents holding it, in all and per source.
+TERM_COUNT_COLUMNS = ["term", "doc_freq", *SOURCES]
 
 _WORD = re.compile(r"[a-z][a-z0-9]*(?:[-'][a-z0-9]+)*")
 # Function words carry no expansion signal; a short fixed list keeps the vocabulary model-free.
@@ -35,40 +42,92 @@ def words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if len(w) >= _MIN_TERM_CHARS and w not in _STOPWORDS]
 
 
-def _terms_by_source(chunk: Chunk) -> Iterable[tuple[str, str]]:
-    for word in words(chunk.title):
-        yield word, "name"
-    for word in words(chunk.text):
-        yield word, "description"
-    keywords = chunk.metadata.get("keywords", [])
-    for keyword in keywords if isinstance(keywords, list) else [keywords]:
-        phrase = " ".join(str(keyword).lower().split())
-        if phrase:
-            yield phrase, "keyword"
+class TermText(NamedTuple):
+    """What terms are read from, per chunk: its title, text and ``keywords`` metadata."""
+
+    doc_id: str
+    title: str
+    text: str
+    keywords: object
 
 
-def collect_terms(chunks: Iterable[Chunk], settings: VocabularySettings) -> pd.DataFrame:
-    """Terms with their document frequency and where they came from, most frequent first.
+def chunk_texts(chunks: pd.DataFrame) -> Iterator[TermText]:
+    """The term texts of a chunk table (``io.tables.CHUNK_COLUMNS``)."""
+    for doc_id, title, text, metadata in chunks[["doc_id", "title", "text", "metadata"]].itertuples(index=False):
+        yield TermText(doc_id, title, text, json.loads(metadata).get("keywords", []))
 
-    Documents are counted one at a time, so memory grows with the distinct terms, not with
+
+def payload_texts(payloads: Iterable[Payload]) -> Iterator[TermText]:
+    """The term texts of store payloads (a version's stored chunks)."""
+    for payload in payloads:
+        yield TermText(payload["doc_id"], payload["title"], payload["text"], payload.get("keywords", []))
+
+
+def _keywords(value: object) -> list[str]:
+    return [phrase for keyword in (value if isinstance(value, list) else [value]) if (phrase := " ".join(str(keyword).lower().split()))]
+
+
+def _document_terms(texts: Iterable[TermText]) -> Iterator[dict[str, set[str]]]:
+    """Per document, the terms each source gave it (title: "name", text: "description", keywords).
+
+    Documents are taken one at a time, so memory grows with the distinct terms, not with
     terms x documents (10 million set entries on the ACL Anthology)."""
-    doc_freq: Counter[str] = Counter()
-    sources: dict[str, set[str]] = defaultdict(set)
-    for _, doc_chunks in groupby(sorted(chunks, key=lambda c: c.doc_id), key=lambda c: c.doc_id):
-        doc_terms = set()
-        for chunk in doc_chunks:
-            for term, source in _terms_by_source(chunk):
-                doc_terms.add(term)
-                sources[term].add(source)
-        doc_freq.update(doc_terms)
-    kept = sorted(
-        (t for t, df in doc_freq.items() if df >= settings.min_doc_freq), key=lambda t: (-doc_freq[t], t)
-    )[: settings.max_terms]
+    for _, doc_texts in groupby(sorted(texts, key=attrgetter("doc_id")), key=attrgetter("doc_id")):
+        terms: dict[str, set[str]] = {source: set() for source in SOURCES}
+        for chunk in doc_texts:
+            terms["name"].update(words(chunk.title))
+            terms["description"].update(words(chunk.text))
+            terms["keyword"].update(_keywords(chunk.keywords))
+        yield terms
+
+
+def _tally(counts: dict[str, Counter[str]], texts: Iterable[TermText], sign: int) -> None:
+    """Add (``sign`` 1) or remove (-1) each document of ``texts`` to or from the counts."""
+    for terms in _document_terms(texts):
+        for column, seen in (("doc_freq", set().union(*terms.values())), *terms.items()):
+            if sign > 0:
+                counts[column].update(seen)
+            else:
+                counts[column].subtract(seen)
+
+
+def _counts_frame(counts: dict[str, Counter[str]]) -> pd.DataFrame:
+    terms = sorted(term for term, n in counts["doc_freq"].items() if n > 0)
+    return pd.DataFrame(
+        {"term": terms, **{column: [counts[column][t] for t in terms] for column in TERM_COUNT_COLUMNS[1:]}},
+        columns=TERM_COUNT_COLUMNS,
+    ).astype({column: "int64" for column in TERM_COUNT_COLUMNS[1:]})
+
+
+def count_terms(texts: Iterable[TermText]) -> pd.DataFrame:
+    """Every term with the number of documents holding it, in all and per source (``TERM_COUNT_COLUMNS``)."""
+    counts: dict[str, Counter[str]] = {column: Counter() for column in TERM_COUNT_COLUMNS[1:]}
+    _tally(counts, texts, 1)
+    return _counts_frame(counts)
+
+
+def update_term_counts(
+    counts: pd.DataFrame, removed: Iterable[TermText], added: Iterable[TermText]
+) -> pd.DataFrame:
+    """``counts`` without the ``removed`` documents' terms and with the ``added`` ones': equal to
+    ``count_terms`` of the catalog after the change when ``removed`` holds every chunk of the
+    changed documents as they were and ``added`` every chunk of them as they are."""
+    tallies = {column: Counter(dict(zip(counts["term"], counts[column].tolist()))) for column in TERM_COUNT_COLUMNS[1:]}
+    _tally(tallies, removed, -1)
+    _tally(tallies, added, 1)
+    return _counts_frame(tallies)
+
+
+def select_terms(counts: pd.DataFrame, settings: VocabularySettings) -> pd.DataFrame:
+    """The vocabulary's terms: at least ``min_doc_freq`` documents, most frequent first, with
+    the sources they came from."""
+    frequent = counts[counts["doc_freq"] >= settings.min_doc_freq]
+    rows = sorted(frequent.itertuples(index=False), key=lambda row: (-row.doc_freq, row.term))[: settings.max_terms]
     return pd.DataFrame(
         {
-            "term": kept,
-            "doc_freq": [doc_freq[t] for t in kept],
-            "sources": [sorted(sources[t]) for t in kept],
+            "term": [row.term for row in rows],
+            "doc_freq": [row.doc_freq for row in rows],
+            "sources": [[source for source in SOURCES if getattr(row, source) > 0] for row in rows],
         }
     )
 
@@ -80,14 +139,15 @@ def term_key(term: str) -> str:
 
 
 def build_vocabulary(
-    chunks: Sequence[Chunk],
+    counts: pd.DataFrame,
     encoder: DenseEncoder,
     settings: VocabularySettings,
     cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
 ) -> tuple[pd.DataFrame, CacheStats]:
-    """Terms with their embeddings; a term embedded by an earlier build is not encoded again."""
-    terms = collect_terms(chunks, settings)
+    """The selected terms of ``counts`` with their embeddings; a term embedded by an earlier
+    build is not encoded again."""
+    terms = select_terms(counts, settings)
     words = terms["term"].tolist()
     vectors, stats = encode_with_cache(
         [term_key(term) for term in words],

@@ -1,9 +1,11 @@
 """The candidate index version: FAISS, Qdrant and tantivy indexes written into it, then sealed.
 
-``index_candidate`` names the version from the build fingerprint. When a complete version with
-that fingerprint exists (nothing changed), every index asset reuses it instead of rebuilding.
-``index_version`` seals the candidate once every backend holds the same chunk ids; its
-materialization is what the evaluation sensor waits for.
+``index_candidate`` names the version from the build fingerprint and decides how it is built.
+When a complete version with that fingerprint exists (nothing changed), every index asset reuses
+it. When it differs from the promoted version by a few chunks, each index asset starts from a
+copy of the promoted version's index and applies only the changes (``core.index.delta``).
+Otherwise every index is built in full. ``index_version`` seals the candidate once every backend
+holds the same chunk ids; its materialization is what the evaluation sensor waits for.
 """
 
 
@@ -27,11 +29,21 @@ from retrieval_assets.core.index.build import (
     build_faiss_index,
     build_lexical_index,
     build_qdrant_index,
-    candidate_fingerprint,
+    candidate_fingerprints,
     disagreeing_backends,
     point_batches,
     seal_candidate,
     write_vocabulary,
+)
+from retrieval_assets.core.index.delta import (
+    Delta,
+    decide_build,
+    delta_faiss_index,
+    delta_lexical_index,
+    delta_qdrant_index,
+    delta_term_counts,
+    load_delta,
+    record_decision,
 )
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.index.versions import CandidateRecord
@@ -40,8 +52,7 @@ from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 from retrieval_assets.core.embed.steps import embedding_cache
-from retrieval_assets.core.index.vocabulary import build_vocabulary, term_key
-from retrieval_assets.core.io.tables import frame_to_chunks
+from retrieval_assets.core.index.vocabulary import build_vocabulary, chunk_texts, count_terms, term_key
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
@@ -129,6 +140,16 @@ def candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) 
     return storage.versions().version(candidate.version).layout
 
 
+def candidate_delta(storage: IndexStorageResource, candidate: CandidateRecord) -> Delta | None:
+    """The base and plan of a candidate built as a delta; None when reused or built in full."""
+    return load_delta(storage.versions(), candidate)
+
+
+def build_metadata(candidate: CandidateRecord) -> dict[str, object]:
+    """How an index asset's version was built: reused, delta from a base, or full."""
+    return {"mode": candidate.mode, "reused_version": candidate.reused}
+
+
 @asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"}, owners=OWNERS, code_version="1")
 def index_candidate(
     context: AssetExecutionContext,
@@ -137,8 +158,9 @@ def index_candidate(
     build: IndexBuildResource,
     chunks: pd.DataFrame,
 ) -> MaterializeResult[CandidateRecord]:
-    """The version this build writes, named by its fingerprint: chunks, models and index settings."""
-    fingerprint = candidate_fingerprint(
+    """The version this build writes, named by its fingerprint (chunks, models and index
+    settings), and how: reused, as a delta from the promoted version, or in full."""
+    fingerprint, settings_fingerprint = candidate_fingerprints(
         chunks,
         models.dense_encoder(),
         models.sparse_encoder(),
@@ -149,17 +171,35 @@ def index_candidate(
     versions = storage.versions()
     version = versions.candidate(fingerprint)
     promoted = versions.promoted()
-    record = CandidateRecord(version=version.id, fingerprint=fingerprint, reused=version.sealed)
-    context.log.info(
-        f"candidate {version.id}: "
-        + ("identical to a complete version, reused" if version.sealed else "new, building every index")
+    plan = None
+    if version.sealed:
+        reason = "identical to a complete version"
+    else:
+        decision = decide_build(
+            chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens
+        )
+        record_decision(version, decision)
+        reason, plan = decision.reason, decision.plan
+    record = CandidateRecord(
+        version=version.id,
+        fingerprint=fingerprint,
+        reused=version.sealed,
+        settings_fingerprint=settings_fingerprint,
+        base_version=plan.base if plan else None,
+        build_reason=reason,
     )
+    context.log.info(f"candidate {version.id}: {record.mode} ({reason})")
     return MaterializeResult(
         value=record,
         metadata={
             "version": record.version,
             "fingerprint": record.fingerprint,
             "reused": record.reused,
+            "mode": record.mode,
+            "reason": reason,
+            "upserted_chunks": len(plan.upserted) if plan else 0,
+            "deleted_chunks": len(plan.deleted) if plan else 0,
+            "changed_documents": len(plan.documents) if plan else 0,
             "path": str(version.path),
             "promoted_version": promoted.id if promoted else "(none)",
         },
@@ -187,15 +227,18 @@ def vocabulary(
     Written into the candidate version too, where the query resource reads it without Dagster."""
     encoder = models.dense_encoder()
     layout = candidate_layout(storage, index_candidate)
+    delta = candidate_delta(storage, index_candidate)
     with stopwatch() as timer:
         if index_candidate.reused:
             frame, stats = pd.read_parquet(layout.vocabulary), None
         else:
+            # A delta updates the base's term counts for the changed documents only.
+            counts = delta_term_counts(delta, chunks) if delta else count_terms(chunk_texts(chunks))
             terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)
             frame, stats = build_vocabulary(
-                frame_to_chunks(chunks), encoder, build.vocabulary, terms_cache, log_progress(context, "vocabulary")
+                counts, encoder, build.vocabulary, terms_cache, log_progress(context, "vocabulary")
             )
-            write_vocabulary(frame, layout)
+            write_vocabulary(frame, counts, layout)
             terms_cache.compact(list(map(term_key, frame["term"])))
     sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
     return MaterializeResult(
@@ -205,7 +248,7 @@ def vocabulary(
             "terms": len(frame),
             "model": encoder.model_name,
             "version": index_candidate.version,
-            "reused_version": index_candidate.reused,
+            **build_metadata(index_candidate),
             "terms_encoded": stats.encoded if stats else 0,
             "terms_by_source": MetadataValue.json(sources),
             "path": str(layout.vocabulary),
@@ -235,14 +278,14 @@ def faiss_index(
 ) -> MaterializeResult:
     """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
     path = candidate_layout(storage, index_candidate).faiss
+    delta = candidate_delta(storage, index_candidate)
     with stopwatch() as timer:
-        store = (
-            FaissDenseStore.open(path)
-            if index_candidate.reused
-            else build_faiss_index(
-                path, chunks, dense_embeddings, models.dense_model, build.context_tokens
-            )
-        )
+        if index_candidate.reused:
+            store = FaissDenseStore.open(path)
+        elif delta:
+            store = delta_faiss_index(delta, path, chunks, dense_embeddings, models.dense_model, build.context_tokens)
+        else:
+            store = build_faiss_index(path, chunks, dense_embeddings, models.dense_model, build.context_tokens)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
         store,
@@ -251,7 +294,7 @@ def faiss_index(
         (store.dim, models.dense_encoder().dim),
         path=str(path),
         model=models.dense_model,
-        reused_version=index_candidate.reused,
+        **build_metadata(index_candidate),
     )
 
 
@@ -276,20 +319,15 @@ def qdrant_edge_index(
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
     path = candidate_layout(storage, index_candidate).qdrant
+    delta = candidate_delta(storage, index_candidate)
+    vectors = (chunks, dense_embeddings, sparse_embeddings, models.dense_model, models.sparse_model, build.context_tokens)
     with stopwatch() as timer:
-        store = (
-            QdrantEdgeStore.open(path)
-            if index_candidate.reused
-            else build_qdrant_index(
-                path,
-                chunks,
-                dense_embeddings,
-                sparse_embeddings,
-                models.dense_model,
-                models.sparse_model,
-                build.context_tokens,
-            )
-        )
+        if index_candidate.reused:
+            store = QdrantEdgeStore.open(path)
+        elif delta:
+            store = delta_qdrant_index(delta, path, *vectors)
+        else:
+            store = build_qdrant_index(path, *vectors)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
         store,
@@ -299,7 +337,7 @@ def qdrant_edge_index(
         path=str(path),
         dense_model=models.dense_model,
         sparse_model=models.sparse_model,
-        reused_version=index_candidate.reused,
+        **build_metadata(index_candidate),
     )
 
 
@@ -319,16 +357,20 @@ def tantivy_index(
     chunks: pd.DataFrame,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
-    """tantivy BM25 index with filterable payload fields, context tokens and facet values."""
+    """tantivy BM25 index with filterable payload fields, context tokens and facet values. A
+    delta rebuilds it whole, from the base's payloads of unchanged chunks: deletes would leave
+    BM25's statistics different from a full build's (``core.index.delta``)."""
     path = candidate_layout(storage, index_candidate).lexical
+    delta = candidate_delta(storage, index_candidate)
     with stopwatch() as timer:
-        store = (
-            TantivyLexicalStore.open(path)
-            if index_candidate.reused
-            else build_lexical_index(path, chunks, build.context_tokens)
-        )
+        if index_candidate.reused:
+            store = TantivyLexicalStore.open(path)
+        elif delta:
+            store = delta_lexical_index(delta, path, chunks, build.context_tokens)
+        else:
+            store = build_lexical_index(path, chunks, build.context_tokens)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
-    return _index_result(store, chunks, timer["seconds"], path=str(path), reused_version=index_candidate.reused)
+    return _index_result(store, chunks, timer["seconds"], path=str(path), **build_metadata(index_candidate))
 
 
 @asset(
@@ -358,7 +400,8 @@ def server_indexes(
     index_candidate: CandidateRecord,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """The candidate version as a Qdrant collection and an OpenSearch index, when QDRANT_URL /
-    OPENSEARCH_URL are set (writes retried with backoff); nothing otherwise."""
+    OPENSEARCH_URL are set (writes retried with backoff); nothing otherwise. Always written in
+    full, delta candidates included: each version is its own collection and index."""
     servers = storage.servers()
     if servers is None:
         return MaterializeResult(
@@ -420,7 +463,16 @@ def index_version(
     consistent = not disagreeing
     if consistent and not version.sealed:
         # The ids just read are the ones checked: the stores are not opened a second time.
-        seal_candidate(versions, version, index_candidate.fingerprint, chunks, held, run_id=context.run.run_id)
+        seal_candidate(
+            versions,
+            version,
+            index_candidate.fingerprint,
+            chunks,
+            held,
+            run_id=context.run.run_id,
+            settings_fingerprint=index_candidate.settings_fingerprint,
+            base_version=index_candidate.base_version,
+        )
     manifest = version.manifest() if version.sealed else {}
     record = replace(index_candidate, sealed=version.sealed)
     context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
@@ -430,6 +482,7 @@ def index_version(
             "version": version.id,
             "sealed": version.sealed,
             "reused": index_candidate.reused,
+            "mode": index_candidate.mode,
             "chunks": manifest.get("chunks", len(chunks)),
             "documents": manifest.get("documents", int(chunks["doc_id"].nunique())),
             "path": str(version.path),

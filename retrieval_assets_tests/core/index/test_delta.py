@@ -1,0 +1,138 @@
+"""Delta planning and eligibility on real stores (seeded vectors, no models): what changed, and
+when a candidate must be built in full instead, with the reason; the vocabulary counts a delta
+updates; pruning never removes the version an unfinished delta copies from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from retrieval_assets.core.index.build import (
+    backend_chunk_ids,
+    build_faiss_index,
+    build_fingerprint,
+    build_lexical_index,
+    build_qdrant_index,
+    seal_candidate,
+)
+from retrieval_assets.core.index.delta import Delta, decide_build, delta_term_counts, record_decision
+from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
+from retrieval_assets.core.io.tables import chunks_to_frame
+from retrieval_assets.core.models import Chunk
+
+SETTINGS = "settings-1"
+DOCUMENTS = 20
+
+
+def _chunks(overrides: dict[str, dict] | None = None, drop: tuple[str, ...] = (), add: int = 0) -> pd.DataFrame:
+    """One chunk per document with a year and topics; ``overrides`` replace a document's fields."""
+    chunks = []
+    for n in range(DOCUMENTS + add):
+        doc_id = f"d{n}"
+        if doc_id in drop:
+            continue
+        fields = {
+            "title": f"Tool {n}",
+            "text": f"Aligns reads number {n} against genomes with seeds and {'variants' if n % 2 else 'assembly'}.",
+            "metadata": {"year": 2000 + n, "topics": ["Genomics"] if n % 3 else ["Proteomics"], "keywords": [f"kw {n % 4}"]},
+            **(overrides or {}).get(doc_id, {}),
+        }
+        chunks.append(Chunk(chunk_id=f"{doc_id}#0", doc_id=doc_id, ordinal=0, content_hash=f"h{n}-{fields['text']}", **fields))
+    return chunks_to_frame(chunks)
+
+
+def _vectors(chunks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(3)
+    ids = list(chunks["chunk_id"])
+    dense = pd.DataFrame({"chunk_id": ids, "content_hash": chunks["content_hash"], "embedding": list(rng.random((len(ids), 8), dtype=np.float32))})
+    sparse = pd.DataFrame(
+        {
+            "chunk_id": ids,
+            "content_hash": chunks["content_hash"],
+            "indices": [np.array([n, n + 1], dtype=np.int32) for n in range(len(ids))],
+            "values": [np.array([1.0, 0.5], dtype=np.float32) for _ in ids],
+        }
+    )
+    return dense, sparse
+
+
+def _sealed_version(versions: IndexVersions, chunks: pd.DataFrame, settings: str = SETTINGS) -> IndexVersion:
+    fingerprint = build_fingerprint(chunks, settings=settings)
+    version = versions.candidate(fingerprint)
+    dense, sparse = _vectors(chunks)
+    build_faiss_index(version.layout.faiss, chunks, dense, "dense-model").close()
+    build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()
+    build_lexical_index(version.layout.lexical, chunks).close()
+    count_terms(chunk_texts(chunks)).to_parquet(version.layout.vocabulary_counts)
+    seal_candidate(versions, version, fingerprint, chunks, backend_chunk_ids(version), settings_fingerprint=settings)
+    return version
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> IndexVersion:
+    return _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks())
+
+
+def test_plan_names_upserted_and_deleted_chunks(base: IndexVersion) -> None:
+    changed = _chunks({"d1": {"text": "A new description."}, "d2": {"metadata": {"year": 1999, "topics": ["Genomics"]}}}, drop=("d3",), add=1)
+    decision = decide_build(changed, SETTINGS, base, max_changed_fraction=0.2)
+    plan = decision.plan
+    assert plan is not None and plan.base == base.id
+    assert (plan.upserted, plan.deleted, plan.documents) == (("d1#0", "d2#0", "d20#0"), ("d3#0",), ("d1", "d2", "d20", "d3"))
+    assert plan.changed_fraction == pytest.approx(4 / 20)
+    assert decision.reason.startswith(f"delta from {base.id}: 3 chunks upserted, 1 deleted")
+
+
+def test_above_the_threshold_or_without_a_base_is_a_full_build(base: IndexVersion) -> None:
+    changed = _chunks({"d1": {"text": "A new description."}, "d2": {"text": "Another one."}})
+    assert decide_build(changed, SETTINGS, base, 0.1).plan is not None
+    above = decide_build(changed, SETTINGS, base, 0.05)
+    assert above.plan is None and "2 of 20 chunks changed (10.0%), above delta_max_changed_fraction 5.0%" in above.reason
+    assert decide_build(changed, SETTINGS, base, 0.0).reason == "delta builds are off (delta_max_changed_fraction = 0)"
+    assert decide_build(changed, SETTINGS, None, 0.1).reason == "no promoted version to start from"
+
+
+def test_other_settings_or_an_older_base_are_a_full_build(base: IndexVersion) -> None:
+    changed = _chunks({"d1": {"text": "A new description."}})
+    other = decide_build(changed, "settings-2", base, 0.5)
+    assert other.plan is None and other.reason == f"models or index settings changed since {base.id}"
+    base.layout.chunks.unlink()  # as sealed before delta builds existed
+    assert "predates delta builds" in decide_build(changed, SETTINGS, base, 0.5).reason
+
+
+def test_a_filter_field_of_another_type_is_a_full_build(base: IndexVersion) -> None:
+    retyped = _chunks({"d1": {"metadata": {"year": "unknown", "topics": ["Genomics"]}}})
+    decision = decide_build(retyped, SETTINGS, base, 0.5)
+    assert decision.plan is None and decision.reason.endswith("(year: integer -> keyword)")
+    added = decide_build(_chunks({"d1": {"metadata": {"year": 2001, "license": "MIT"}}}), SETTINGS, base, 0.5)
+    assert added.plan is None and "license: absent -> keyword" in added.reason
+    # The type every payload gives together decides: a float among integers makes a float field.
+    floats = decide_build(_chunks({"d1": {"metadata": {"year": 2001.5, "topics": ["Genomics"]}}}), SETTINGS, base, 0.5)
+    assert "year: integer -> float" in floats.reason
+
+
+def test_delta_term_counts_equal_a_recount(base: IndexVersion) -> None:
+    changed = _chunks({"d1": {"text": "Zebrafish neural crest imaging.", "metadata": {"keywords": ["Imaging"]}}}, drop=("d4",), add=2)
+    plan = decide_build(changed, SETTINGS, base, 0.5).plan
+    assert plan is not None
+    pd.testing.assert_frame_equal(delta_term_counts(Delta(base, plan), changed), count_terms(chunk_texts(changed)))
+
+
+def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
+    versions = IndexVersions(tmp_path / "indexes")
+    old = _sealed_version(versions, _chunks())
+    newer = [_sealed_version(versions, _chunks({"d1": {"text": f"Revision {n}."}})) for n in range(3)]
+    versions.promote(newer[-1], reason="test")
+    changed = _chunks({"d0": {"text": "In progress."}})
+    candidate = versions.candidate(build_fingerprint(changed, settings=SETTINGS))
+    decision = decide_build(changed, SETTINGS, old, 0.5)
+    record_decision(candidate, decision)
+    assert candidate.delta_base == old.id
+    assert versions.prune(keep=1) == [newer[0].id, newer[1].id] and old.sealed
+    # A full build (or a sealed candidate) protects nothing.
+    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5))
+    assert candidate.delta_base is None and versions.prune(keep=1) == [old.id]

@@ -1,0 +1,139 @@
+"""Delta builds through the build job on the real models: a small change to a promoted catalog is
+built from a copy of the promoted version's indexes, and the version it seals holds the same
+chunks and answers the same queries as a full build of the same catalog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from retrieval_assets.core.index.build import backend_chunk_ids
+from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
+from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.models import Strategy
+from retrieval_assets.core.retrieval.searcher import open_retriever
+from retrieval_assets.core.settings import RetrievalSettings
+from retrieval_assets.defs.resources import IndexBuildResource, ModelResource
+from retrieval_assets.paths import BUNDLED_DATA
+from retrieval_assets.runs import materialized
+from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets_tests.defs.test_incremental_build import _tools, _write
+
+# The sample is small, so a handful of changed documents is more than the default 5 %.
+DELTA = IndexBuildResource(delta_max_changed_fraction=0.2)
+PAPERS = 40
+QUERIES = (
+    "align sequencing reads to a reference genome",
+    "variant calling from BAM files",
+    "machine translation of English",
+    "parsing sentences with a grammar",
+    "nanopore long read assembly",
+)
+FILTERS = (None, {"year": {"gte": 1970}}, {"topics": "Genomics"}, {"venue": "earlymt"})
+STRATEGIES = ([Strategy.DENSE], [Strategy.SPLADE], [Strategy.BM25], None)  # None: the default hybrid
+
+
+def _papers() -> list[dict]:
+    """ACL papers as tool records, for metadata a filter can use (year, venue, authors)."""
+    lines = (BUNDLED_DATA / "acl_sample" / "corpus.jsonl").read_text().splitlines()[:PAPERS]
+    return [
+        {
+            "id": paper["_id"],
+            "name": paper["title"],
+            "description": paper["text"],
+            "metadata": {"year": int(paper["year"]), "venue": paper["venue"], "authors": paper["authors"]},
+        }
+        for paper in map(json.loads, lines)
+    ]
+
+
+def _changed(records: list[dict]) -> list[dict]:
+    """A changed text, a changed metadata value, a removed document (named by others' relations)
+    and a new document."""
+    changed = [json.loads(json.dumps(record)) for record in records[1:]]
+    changed[0]["description"] += " It now also reads CRAM files."
+    paper = next(record for record in changed if "metadata" in record and "year" in record["metadata"])
+    paper["metadata"]["year"] = 2019
+    added = {
+        "id": "newtool",
+        "name": "NewTool",
+        "description": "Assembles long nanopore reads into contigs.",
+        "metadata": {"topics": ["Genomics", "Sequence assembly"]},
+        "relations": {"compatible_with": ["samtools"]},
+    }
+    return [*changed, added]
+
+
+def _answers(layout: IndexLayout, models: ModelResource) -> dict[tuple, list[tuple[str, float]]]:
+    retriever = open_retriever(
+        layout,
+        dense_encoder=models.dense_encoder(),
+        sparse_encoder=models.sparse_encoder(),
+        settings=RetrievalSettings(),
+    )
+    try:
+        return {
+            (query, json.dumps(filters), str(strategies)): [
+                (hit.chunk_id, hit.score)
+                for hit in retriever.search(query, top_k=10, filters=filters, strategies=strategies).hits
+            ]
+            for query in QUERIES
+            for filters in FILTERS
+            for strategies in STRATEGIES
+        }
+    finally:
+        retriever.close()
+
+
+def _assert_same_version(delta: IndexVersion, full: IndexVersion, models: ModelResource) -> None:
+    assert backend_chunk_ids(delta) == backend_chunk_ids(full)
+    for index in ("faiss", "qdrant", "lexical"):
+        built = {key: value for key, value in read_build_manifest(getattr(delta.layout, index)).items() if key != "base_version"}
+        assert built == read_build_manifest(getattr(full.layout, index)), index
+    for table in ("vocabulary", "vocabulary_counts", "graph", "chunks"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(getattr(delta.layout, table)), pd.read_parquet(getattr(full.layout, table)), obj=table
+        )
+    delta_answers, full_answers = _answers(delta.layout, models), _answers(full.layout, models)
+    assert any(delta_answers.values())
+    for request, hits in full_answers.items():
+        assert [c for c, _ in delta_answers[request]] == [c for c, _ in hits], request
+        assert [s for _, s in delta_answers[request]] == pytest.approx([s for _, s in hits], abs=1e-5), request
+
+
+def test_small_change_is_a_delta_that_answers_as_a_full_build(tmp_path: Path) -> None:
+    models = ModelResource()
+    records = [*_tools(), *_papers()]
+    first = _write(tmp_path / "first.jsonl", records)
+    second = _write(tmp_path / "second.jsonl", _changed(records))
+
+    home = tmp_path / "home"
+    _, served = build_catalog(home, first, build=DELTA)
+    IndexVersions(home / "indexes").promote(served, reason="test")
+    outcome, delta = build_catalog(home, second, build=DELTA)
+    candidate = materialized(outcome.run, "index_candidate")
+    assert outcome.candidate.base_version == served.id and candidate["mode"] == f"delta from {served.id}"
+    # One text and one metadata value changed, one document added: 3 upserts; one removed.
+    assert (candidate["upserted_chunks"], candidate["deleted_chunks"]) == (3, 1)
+    assert delta.manifest()["base_version"] == served.id
+    for asset in ("faiss_index", "qdrant_edge_index", "tantivy_index", "vocabulary"):
+        assert materialized(outcome.run, asset)["mode"] == f"delta from {served.id}", asset
+
+    # The same catalog built in full in another home (its cache copied: vectors depend on text only).
+    other = tmp_path / "other"
+    shutil.copytree(home / "embedding_cache", other / "embedding_cache")
+    full_outcome, full = build_catalog(other, second, build=DELTA)
+    assert full_outcome.candidate.mode == "full" and full_outcome.encoded["dense"] == 0
+    assert "no promoted version" in full_outcome.candidate.build_reason
+    assert full.id == delta.id
+    _assert_same_version(delta, full, models)
+
+    # Above the threshold, the same change is built in full, with the reason.
+    IndexVersions(other / "indexes").promote(full, reason="test")
+    strict, again = build_catalog(other, first, build=IndexBuildResource(delta_max_changed_fraction=0.02))
+    assert strict.candidate.mode == "full" and "above delta_max_changed_fraction" in strict.candidate.build_reason
+    assert again.id == served.id and backend_chunk_ids(again) == backend_chunk_ids(served)
