@@ -17,10 +17,17 @@ HTTP is the answer the evaluation measured.
   served index or the inbox holds the document.
 * ``GET /documents/{id}``: the document's status (pending, indexed or deleted in a version,
   rejected with the reason) and the served index's copy of it (its first chunk), if any.
-* ``GET /health``: each backend's readiness and count, vocabulary and graph, and the index version.
+* ``GET /health``: each backend's readiness and count, vocabulary and graph, the index version,
+  and its ``filter_fields``: the field names (and types) that ``filters`` may use.
 
-Bad input (query length, ``top_k`` range, filter shape, malformed control tags, a natural-language
-filter that leaves nothing to search) is a 422 whose ``detail`` says what is wrong.
+The OpenAPI document is the contract: every answer an operation gives is in its ``responses``
+(``_contract`` adds what FastAPI cannot see), and ``test_openapi_contract`` runs schemathesis
+over all of them. Bad input (query length, ``top_k`` range, filter shape, malformed control tags,
+a natural-language filter that leaves nothing to search, a body that is not UTF-8 JSON) is a 422
+whose ``detail`` says what is wrong. Filter field names are data, not schema: a well-formed
+request the served version cannot answer (a field it does not have, a value the field's type
+cannot hold, a strategy it does not serve) is a 409. Errors are JSON, on the stream too;
+405 answers carry ``Allow``.
 """
 
 import json
@@ -37,8 +44,24 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
 from retrieval_assets.core.ingest.cleaning import clean_rows
@@ -55,6 +78,8 @@ from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.models import FusionMethod, QuarantineRecord, RetrievalResult, SearchRequest, StoreHit, Strategy
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.searcher import Searcher
+from retrieval_assets.core.stores.base import FieldType, coerce_filter_values
+from retrieval_assets.core.stores.filters import FilterError, parse_filters
 from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
 
 logger = logging.getLogger(__name__)
@@ -63,12 +88,81 @@ MAX_QUERY_CHARS = 1_000
 MAX_TOP_K = 1_000
 MAX_TENANT_CHARS = 200
 MAX_CONTEXT_ITEMS = 32
+# A character that str.strip() keeps, spelled out so that every regex engine reads it alike.
+NOT_ONLY_SPACE = r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 # Larger bodies are refused with 413 while they are read: searches are small, and cleaning caps
 # a document's text at 200k characters anyway.
 MAX_SEARCH_BODY_BYTES = 64_000
 MAX_DOCUMENT_BYTES = 2_000_000
 MAX_DOCUMENT_BATCH = 1_000  # records in one POST /documents
+
 TenantParam = Annotated[str | None, Query(min_length=1, max_length=MAX_TENANT_CHARS, description="only this tenant")]
+
+FiniteNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+FilterScalar = StrictStr | StrictInt | FiniteNumber | StrictBool
+# An identifier every index has, with ids from the bundled catalog (data/scifact_mini).
+FILTERS_EXAMPLE = {"doc_id": ["4983", "70490"]}
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # a bound is left out, never null
+
+
+class FilterRange(BaseModel):
+    """An inclusive numeric range: ``gte``, ``lte`` or both."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    gte: FiniteNumber = Field(None, json_schema_extra=_no_default)  # type: ignore[assignment]
+    lte: FiniteNumber = Field(None, json_schema_extra=_no_default)  # type: ignore[assignment]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounds(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            unknown = set(value) - {"gte", "lte"}
+            if unknown:
+                raise ValueError(f"unknown range keys {sorted(unknown)}; use gte/lte")
+            if not value:
+                raise ValueError("a range needs gte, lte or both")
+        return value
+
+
+def _filter_kind(value: Any) -> str | None:
+    if isinstance(value, dict | FilterRange):
+        return "range"
+    if isinstance(value, list):
+        return "values"
+    return "value" if isinstance(value, str | int | float) else None
+
+
+FilterValue = Annotated[
+    Annotated[FilterScalar, Tag("value")]
+    | Annotated[list[FilterScalar], Field(min_length=1), Tag("values")]
+    | Annotated[FilterRange, Tag("range")],
+    Discriminator(
+        _filter_kind,
+        custom_error_type="filter_value",
+        custom_error_message="a filter is a string, number or boolean, a non-empty list of them, or a {gte, lte} range",
+    ),
+]
+Filters = Annotated[
+    dict[Annotated[str, Field(min_length=1)], FilterValue],
+    Field(
+        max_length=MAX_CONTEXT_ITEMS,
+        description=(
+            "Metadata filters, applied before top-k: filter field -> a value (equal), a non-empty list "
+            "(any of) or a {gte, lte} range (inclusive, numeric). The field names and their types are "
+            "data of the served index version, not of this schema: `GET /health` lists them under "
+            "`filter_fields` (every index has doc_id, chunk_id, tenant_id and section). A field the "
+            "served version does not have, or a value its type cannot hold, is a 409."
+        ),
+        examples=[FILTERS_EXAMPLE],
+    ),
+]
+ContextMetadata = Annotated[dict[str, Any], Field(max_length=MAX_CONTEXT_ITEMS)]
+_FILTERS = TypeAdapter(Filters)
+_CONTEXT_METADATA = TypeAdapter(ContextMetadata)
 
 
 class _SearchFields(BaseModel):
@@ -76,7 +170,7 @@ class _SearchFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, json_schema_extra={"pattern": NOT_ONLY_SPACE})
     top_k: int = Field(10, ge=1, le=MAX_TOP_K)
     tenant: str | None = Field(
         None, min_length=1, max_length=MAX_TENANT_CHARS, validation_alias=AliasChoices("tenant", "tenant_id")
@@ -88,12 +182,11 @@ class _SearchFields(BaseModel):
     multi_query: bool | None = None
     context_files: list[Annotated[str, Field(max_length=255)]] = Field(default_factory=list, max_length=MAX_CONTEXT_ITEMS)
 
-    @field_validator("strategies", mode="before")
+    @field_validator("query")
     @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        # The stream's query string may say strategies=bm25,dense as well as strategies=bm25&strategies=dense.
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [part.strip() for v in value for part in v.split(",") if part.strip()]
+    def _not_only_space(cls, value: str) -> str:
+        if not value.strip():  # what NOT_ONLY_SPACE says to any regex engine
+            raise ValueError("the query needs a character that is not a space")
         return value
 
     def to_request(self, filters: dict[str, Any] | None, context_metadata: dict[str, Any]) -> SearchRequest:
@@ -113,10 +206,21 @@ class _SearchFields(BaseModel):
 
 
 class SearchBody(_SearchFields):
-    filters: dict[str, Any] | None = Field(
-        None, max_length=MAX_CONTEXT_ITEMS, examples=[{"license": ["MIT", "GPL-3.0"], "year": {"gte": 2019}}]
-    )
-    context_metadata: dict[str, Any] = Field(default_factory=dict, max_length=MAX_CONTEXT_ITEMS)
+    # JSON has types: "5" is no number here, nor 0 a boolean (the stream's query string is all text).
+    model_config = ConfigDict(strict=True)
+
+    top_k: int = Field(10, ge=1, le=MAX_TOP_K, strict=False)  # 5.0 is a JSON Schema integer too
+    strategies: list[Annotated[Strategy, Strict(False)]] | None = Field(None, min_length=1, max_length=len(Strategy))
+    fusion: Annotated[FusionMethod, Strict(False)] | None = None
+    filters: Filters | None = None
+    context_metadata: ContextMetadata = Field(default_factory=dict)
+
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _json_number(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("top_k must be an integer")
+        return value
 
     @field_validator("filters", "context_metadata")
     @classmethod
@@ -128,8 +232,17 @@ class SearchBody(_SearchFields):
 
 
 class StreamParams(_SearchFields):
-    filters: str | None = Field(None, description="JSON object, as in POST /search", max_length=10_000)
-    context_metadata: str | None = Field(None, description="JSON object, as in POST /search", max_length=10_000)
+    # JSON objects, as in POST /search (the OpenAPI document says so: see _contract).
+    filters: str | None = None
+    context_metadata: str | None = None
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # The stream's query string may say strategies=bm25,dense as well as strategies=bm25&strategies=dense.
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [part.strip() for v in value for part in v.split(",") if part.strip()]
+        return value
 
 
 DocumentTenantParam = Annotated[
@@ -236,13 +349,18 @@ def create_app(
         summary="Hybrid search (BM25, SPLADE and dense, fused) over the indexes the Dagster assets build.",
         lifespan=lifespan,
         max_body_size=MAX_SEARCH_BODY_BYTES,
-        responses={
-            413: {"description": "request body too large (plain text, from the body-limit middleware)"},
-            422: {"model": ErrorBody, "description": "invalid request; `detail` says why"},
-        },
+        # Also a body that is not UTF-8 JSON (FastAPI's 400, answered as 422 by http_error below).
+        responses={422: {"model": ErrorBody, "description": "invalid request; `detail` says why"}},
     )
     app.state.service = service
     app.state.inbox = inbox
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _contract(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(ValueError)
     async def bad_request(_: Request, exc: ValueError) -> JSONResponse:
@@ -251,20 +369,27 @@ def create_app(
 
     def _search(request: SearchRequest) -> RetrievalResult:
         try:
+            served = service.retriever().available_strategies
+            missing = [strategy for strategy in request.strategies or () if strategy not in served]
+            conflict = _conflict(request.filters, service.filter_fields())
+            if missing or conflict:
+                raise HTTPException(409, conflict or f"strategies {missing} are not served (see GET /health: {served})")
             return service.run(request)
         except UNAVAILABLE_ERRORS as exc:
             raise HTTPException(503, f"indexes not available: {exc}") from None
 
-    @app.post("/search", response_model=RetrievalResult, tags=["search"])
+    @app.post("/search", response_model=RetrievalResult, tags=["search"], responses=_SEARCH_ERRORS)
     def post_search(body: SearchBody) -> RetrievalResult:
         """Hybrid search; the result carries each hit's per-strategy scores and ranks."""
-        return _search(body.to_request(body.filters, body.context_metadata))
+        return _search(body.to_request(_plain_filters(body.filters), body.context_metadata))
 
     def stream_result(params: Annotated[StreamParams, Query()]) -> RetrievalResult:
-        filters = _json_object(params.filters, "filters")
-        return _search(params.to_request(filters, _json_object(params.context_metadata, "context_metadata") or {}))
+        filters = _parse_param(_FILTERS, params.filters, "filters")
+        context_metadata = _parse_param(_CONTEXT_METADATA, params.context_metadata, "context_metadata") or {}
+        return _search(params.to_request(_plain_filters(filters), context_metadata))
 
-    @app.get("/search/stream", response_class=EventSourceResponse, tags=["search"])
+    # Its error answers are JSON, not events: _contract documents them so.
+    @app.get("/search/stream", response_class=EventSourceResponse, tags=["search"], responses=_SEARCH_ERRORS)
     def get_search_stream(result: Annotated[RetrievalResult, Depends(stream_result)]) -> Iterator[ServerSentEvent]:
         """Server-Sent Events: ``meta`` (query, strategies, fusion, count, timings), one ``hit`` per hit, ``done``."""
         # The search runs in the dependency, so a bad request is a 422 before the stream opens.
@@ -386,8 +511,16 @@ def create_app(
         return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)
 
     @app.exception_handler(StarletteHTTPException)  # FastAPI's, and Starlette's own (unknown route)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), HTTPStatus(exc.status_code).phrase)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+            # FastAPI's 400 for a body it cannot decode (not UTF-8): malformed JSON is a 422 everywhere.
+            msg = f"not UTF-8 JSON: {exc.__cause__}"
+            errors = [{"loc": ["body"], "msg": msg, "type": "json_invalid"}]
+            return _error(422, f"body: {msg}", "RequestValidationError", errors=errors)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # the route that refused knows only its own methods
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return _error(exc.status_code, str(exc.detail), HTTPStatus(exc.status_code).phrase, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -423,8 +556,103 @@ class _Quarantined(Exception):
         super().__init__(self.detail)
 
 
-def _error(status: int, detail: str, error: str, **extra: Any) -> JSONResponse:
-    return JSONResponse(ErrorBody(detail=detail, error=error, **extra).model_dump(exclude_none=True), status)
+_SEARCH_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {
+        "model": ErrorBody,
+        "description": "the served index version cannot answer it: a strategy it does not serve, a filter field it "
+        "does not have or a value the field's type cannot hold (GET /health lists its strategies and filter_fields)",
+    },
+    503: {"model": ErrorBody, "description": "no index is served yet (see GET /health)"},
+}
+
+
+def _error(status: int, detail: str, error: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    body = ErrorBody(detail=detail, error=error, **extra).model_dump(exclude_none=True)
+    return JSONResponse(body, status, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on the request's path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
+
+def _plain_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Validated filters as the core's filter spec (ranges as plain ``{gte, lte}`` mappings)."""
+    if filters is None:
+        return None
+    return {k: v.model_dump(exclude_none=True) if isinstance(v, FilterRange) else v for k, v in filters.items()}
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _conflict(filters: dict[str, Any] | None, fields: dict[str, FieldType] | None) -> str | None:
+    """Why well-formed ``filters`` cannot apply to the served version (a 409): a field it does not
+    have, a value the field's type cannot hold, a range on a field that is not numeric."""
+    if not filters or fields is None:
+        return None
+    for flt in parse_filters(filters):
+        kind = fields.get(flt.field)
+        if kind is None:
+            return f"{flt.field!r} is not a filter field of the served index (see GET /health: {sorted(fields)})"
+        if flt.any_of is None:
+            if kind not in ("integer", "float"):
+                return f"range filter on {flt.field!r}, a {kind} field"
+            values: list[Any] = [bound for bound in (flt.gte, flt.lte) if bound is not None]
+        else:
+            try:
+                values = coerce_filter_values(flt, kind)
+            except FilterError as exc:
+                return str(exc)
+        if kind == "integer" and any(math.floor(v) not in _INT64 or math.ceil(v) not in _INT64 for v in values):
+            return f"filter on {flt.field!r}: {values} is outside the range of an integer field"
+    return None
+
+
+def _parse_param(adapter: TypeAdapter[Any], text: str | None, name: str) -> Any:
+    """A JSON-object query parameter, validated as its POST /search field is."""
+    value = _json_object(text, name)
+    if value is None:
+        return None
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{"loc": ("query", name, *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        ) from None
+
+
+def _contract(openapi: dict[str, Any]) -> dict[str, Any]:
+    """The generated document, completed with what the server does beyond the routes' signatures."""
+    json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    for operations in openapi["paths"].values():
+        for operation in operations.values():
+            responses = operation["responses"]
+            if "requestBody" in operation:
+                responses["413"] = {
+                    "description": "request body too large (the body-limit middleware: plain text, JSON for a chunked body)",
+                    "content": {"text/plain": {"schema": {"type": "string"}}, **json_error},
+                }
+            elif not operation.get("parameters"):
+                responses.pop("422", None)  # nothing to validate
+    stream = openapi["paths"]["/search/stream"]["get"]
+    body = openapi["components"]["schemas"]["SearchBody"]["properties"]
+    for parameter in stream["parameters"]:
+        if parameter["name"] in ("filters", "context_metadata"):
+            schema = body[parameter["name"]]
+            schema = {**schema, **next(s for s in schema.get("anyOf", [schema]) if s.get("type") != "null")}
+            schema.pop("anyOf", None)
+            del parameter["schema"]
+            parameter["description"] = f"a JSON object, as `{parameter['name']}` in POST /search"
+            parameter["content"] = {"application/json": {"schema": schema}}
+    for status, response in stream["responses"].items():
+        if status != "200":
+            response["content"] = json_error
+    return openapi
 
 
 def _json_object(text: str | None, name: str) -> dict[str, Any] | None:

@@ -112,13 +112,18 @@ def test_stream_sends_metadata_then_hits_then_done(client: TestClient) -> None:
         ({"query": "bwa", "strategies": ["bm42"]}, "strategies"),
         ({"query": "bwa", "topk": 3}, "Extra inputs are not permitted"),
         ({"query": "bwa", "filters": {"year": {"above": 2019}}}, "unknown range keys"),
-        ({"query": "bwa", "filters": {"license": []}}, "the value list is empty"),
-        ({"query": "bwa", "filters": {"year": "recent"}}, "expects integer values"),
+        ({"query": "bwa", "filters": {"license": []}}, "at least 1 item"),
+        ({"query": "bwa", "filters": {"year": {}}}, "gte, lte or both"),
+        ({"query": "bwa", "filters": {"year": None}}, "a filter is a string, number or boolean"),
+        ({"query": "bwa", "filters": {"": "x"}}, "at least 1 character"),
+        ({"query": "bwa", "top_k": "5"}, "top_k must be an integer"),
+        ({"query": "bwa", "rerank": 0}, "valid boolean"),
+        ({"query": "bwa", "strategies": ["bm25,dense"]}, "strategies"),  # the comma form is the query string's
         ({"query": "bwa [EXCLUDE:]"}, "malformed control tag"),
         ({"query": "[NO_RERANK]"}, "only control tags"),
         ({"query": "aligners since 2020 before 2010"}, "2020"),
         ({"query": "since 2019"}, "nothing is left to search"),
-        ({"query": "   "}, "non-empty"),
+        ({"query": "   "}, "not a space"),
     ],
 )
 def test_bad_requests_are_422_with_a_clear_message(client: TestClient, request_body: dict, expected: str) -> None:
@@ -152,11 +157,60 @@ def test_oversized_bodies_are_413(client: TestClient) -> None:
     assert too_large.status_code == 413
 
 
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"licence": "MIT"}, "'licence' is not a filter field of the served index"),
+        ({"year": "recent"}, "expects integer values"),
+        ({"license": {"gte": 1}}, "range filter on 'license', a keyword field"),
+        ({"year": 2**63}, "outside the range of an integer field"),
+        ({"year": {"lte": 1e300}}, "outside the range of an integer field"),
+    ],
+)
+def test_filters_the_served_index_cannot_apply_are_409(client: TestClient, filters: dict, expected: str) -> None:
+    # Well-formed, but the field names and types are the served version's data (GET /health lists them).
+    for response in (
+        client.post("/search", json={"query": "bwa", "filters": filters}),
+        client.get("/search/stream", params={"query": "bwa", "filters": json.dumps(filters)}),
+    ):
+        assert response.status_code == 409 and expected in response.json()["detail"], response.text
+    assert client.get("/health").json()["filter_fields"]["year"] == "integer"
+
+
+def test_the_document_says_what_the_server_does(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    stream = spec["paths"]["/search/stream"]["get"]
+    assert {code: set(r.get("content", {})) for code, r in stream["responses"].items() if code != "200"} == {
+        "409": {"application/json"}, "422": {"application/json"}, "503": {"application/json"}
+    }  # fmt: skip
+    assert {p["name"] for p in stream["parameters"] if "content" in p} == {"filters", "context_metadata"}
+    filters = spec["components"]["schemas"]["SearchBody"]["properties"]["filters"]["anyOf"][0]
+    # The example names identifiers every index has, not fields of one catalog.
+    (example,) = filters["examples"]
+    assert set(example) <= set(client.get("/health").json()["filter_fields"]) and "filter_fields" in filters["description"]
+    assert "413" in spec["paths"]["/search"]["post"]["responses"] and "413" not in stream["responses"]
+    assert "422" not in spec["paths"]["/health"]["get"]["responses"]  # nothing there to validate
+
+
+def test_405_lists_the_allowed_methods_and_undecodable_bodies_are_422(client: TestClient) -> None:
+    refused = (("TRACE", "/search", "POST"), ("PUT", "/health", "GET"), ("POST", "/search/stream", "GET"))
+    for method, path, allowed in refused:
+        response = client.request(method, path)
+        assert response.status_code == 405 and response.headers["allow"] == allowed, (method, path)
+    # Where several routes share a path, each knows only its own method: Allow names all of them.
+    documented = client.get("/openapi.json").json()["paths"]["/documents/{doc_id}"]
+    assert client.request("TRACE", "/documents/bwa").headers["allow"] == ", ".join(sorted(m.upper() for m in documented))
+    response = client.post("/search", content=b'{"query": "caf\xe9"}', headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["errors"][0]["type"] == "json_invalid", response.text
+
+
 def test_stream_rejects_bad_input_before_streaming(client: TestClient) -> None:
     for params, expected in (
         ({"query": "bwa", "filters": "{not json"}, "not valid JSON"),
         ({"query": "bwa", "filters": '{"year": {"gte": NaN}}'}, "not a JSON number"),
         ({"query": "bwa", "filters": "[" * 3_000}, "not valid JSON"),
+        ({"query": "bwa", "filters": '{"license": []}'}, "at least 1 item"),
+        ({"query": "bwa", "context_metadata": "null"}, "must be a JSON object"),
         ({"query": "bwa [REFINE=1]"}, "REFINE"),
     ):
         response = client.get("/search/stream", params=params)
