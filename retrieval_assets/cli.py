@@ -348,13 +348,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
 
     incremental = sub.add_parser(
-        "bench-incremental", help="time a full build, a no-change re-run and a 1%%-changed re-run of a catalog"
+        "bench-incremental",
+        help="time a full build, a no-change re-run, 1%%-changed re-runs rebuilt in full and as a delta, one changed document",
     )
     incremental.add_argument("--dataset", required=True, help="BEIR directory, or a JSONL tool catalog with --format")
     incremental.add_argument("--format", choices=["beir", "tool_catalog"], default="beir")
     incremental.add_argument("--changed-fraction", type=float, default=0.01, help="share of documents changed")
     incremental.add_argument(
-        "--changed-runs", type=int, default=1, help="successive changed re-runs (each changes another share)"
+        "--changed-runs", type=int, default=1, help="successive delta re-runs, each changing another share (the first is delta_one_percent)"
     )
     incremental.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
     incremental.add_argument("--json-out", help="also write the result JSON to this file")

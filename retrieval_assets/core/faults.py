@@ -14,6 +14,8 @@ FAULT_ENV = "RETRIEVAL_ASSETS_FAULT_AT"
 # Every point, in build order: the first durable embedding segment, each index half-written,
 # the vocabulary and graph written, everything written but not sealed, the pointer swap.
 FAULT_POINTS = ("encode", "faiss_index", "qdrant_edge_index", "tantivy_index", "vocabulary", "graph", "seal", "promote")
+# After a sealed version's inbox entries are appended to the archive, before pending is rewritten.
+INBOX_FAULT_POINT = "inbox_archive"
 
 
 def fault_point(name: str) -> None:

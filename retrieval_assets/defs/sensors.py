@@ -46,7 +46,10 @@ def candidate_evaluation_sensor(
     if not sealed:
         return SkipReason(f"candidate {version_id} is not sealed (its backends disagree): nothing to evaluate")
     run = context.instance.get_run_by_id(asset_event.run_id)
-    if run is not None and AssetKey("retrieval_evaluation") in (run.asset_selection or set()):
+    # A whole job run may leave asset_selection unset, so its name says it too.
+    if run is not None and (
+        run.job_name == document_update_job.name or AssetKey("retrieval_evaluation") in (run.asset_selection or set())
+    ):
         return SkipReason(f"candidate {version_id} is evaluated by the run that built it ({run.job_name})")
     versions = storage.versions()
     promoted = versions.promoted()

@@ -27,7 +27,7 @@ from retrieval_assets.defs.resources import (
     ModelResource,
     SearchResource,
 )
-from retrieval_assets.defs.sensors import candidate_evaluation_sensor, catalog_source_sensor
+from retrieval_assets.defs.sensors import candidate_evaluation_sensor, catalog_source_sensor, document_inbox_sensor
 
 QUERY = "vitamin B12 deficiency and homocysteine"
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
@@ -153,9 +153,14 @@ def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
     assert graph.get(AssetKey("promoted_index")).freshness_policy is None
     [schedule] = defs.schedules
     assert schedule.cron_schedule == "0 2 * * *" and schedule.job_name == "index_build_job"
-    assert {sensor.name for sensor in defs.sensors} == {"candidate_evaluation_sensor", "catalog_source_sensor"}
+    assert {sensor.name for sensor in defs.sensors} == {
+        "candidate_evaluation_sensor",
+        "catalog_source_sensor",
+        "document_inbox_sensor",
+    }
     assert candidate_evaluation_sensor.job_name == "evaluation_job"
-    for job in ("index_build_job", "evaluation_job", "embedding_shards_job", "rollback_job"):
+    assert document_inbox_sensor.job_name == "document_update_job"
+    for job in ("index_build_job", "evaluation_job", "document_update_job", "embedding_shards_job", "rollback_job"):
         assert defs.resolve_job_def(job) is not None
     build_assets = {key.to_user_string() for key in defs.resolve_job_def("index_build_job").asset_layer.executable_asset_keys}
     assert "index_version" in build_assets and "promoted_index" not in build_assets

@@ -89,17 +89,19 @@ def ndcg_histogram(report: EvaluationReport, bins: int = 5) -> list[tuple[str, i
 TEXT_FIELD = {"beir": "text", "tool_catalog": "description"}
 
 
-def change_documents(corpus: Path, target: Path, text_field: str, fraction: float, round_: int = 0) -> int:
+def change_documents(
+    corpus: Path, target: Path, text_field: str, fraction: float, round_: int = 0, limit: int | None = None
+) -> int:
     """Copy ``corpus`` (JSONL, optionally gzipped) to ``target`` with the text of ``fraction`` of
-    its records changed; the records are picked by a hash of their line and ``round_``, so the
-    pick is stable, spread over the file, and differs from round to round. ``target`` may be
-    ``corpus``. Returns how many records changed."""
+    its records (at most ``limit``) changed; the records are picked by a hash of their line and
+    ``round_``, so the pick is stable, spread over the file, and differs from round to round.
+    ``target`` may be ``corpus``. Returns how many records changed."""
     threshold = int(fraction * 2**32)
     changed = 0
     written = target.with_name(target.name + ".tmp")
     with _open_text(corpus) as lines, written.open("w", encoding="utf-8") as out:
         for line in lines:
-            if int(content_hash(str(round_), line)[:8], 16) < threshold:
+            if (limit is None or changed < limit) and int(content_hash(str(round_), line)[:8], 16) < threshold:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from retrieval_assets.core.index.versions import IndexVersion, VersionError
 from retrieval_assets.core.ingest.catalog import CatalogFormat
+from retrieval_assets.core.faults import INBOX_FAULT_POINT, fault_point
 from retrieval_assets.core.io.files import write_atomically
 
 INBOX_DIR = "inbox"
@@ -187,6 +188,7 @@ class DocumentInbox:
                     )
             if taken:
                 _append_lines(self.archive_path, b"".join(e.model_dump_json().encode() + b"\n" for e in taken))
+                fault_point(INBOX_FAULT_POINT)
             gone = archived | {entry.receipt for entry in taken}
             kept = [line for line, entry in lines if entry.receipt not in gone]
             if len(kept) != len(lines):
