@@ -9,10 +9,11 @@ HTTP is the answer the evaluation measured.
 * ``GET /search/stream``: the same search as Server-Sent Events: a ``meta`` event (query,
   strategies, fusion, count, timings, diagnostics), one ``hit`` event per hit, then ``done``.
 * ``POST /documents``: one catalog record or an array of them, each cleaned by the catalog's own
-  rules; if any would be quarantined the answer is a 422 naming each such record and its reason,
-  and nothing is written. Otherwise all are appended to the document inbox in one write
-  (``$RETRIEVAL_ASSETS_HOME/inbox/``, see ``core.ingest.inbox``) and answered with 202 and one
-  receipt each: the next build applies them.
+  rules and checked against the published record schema (``ToolRecord``, ``BeirRecord``: what
+  cleaning keeps); if any would be quarantined or breaks the schema the answer is a 422 naming
+  each such record, and nothing is written. Otherwise all are appended to the document inbox in
+  one write (``$RETRIEVAL_ASSETS_HOME/inbox/``, see ``core.ingest.inbox``) and answered with 202
+  and one receipt each: the next build applies them.
 * ``DELETE /documents/{id}``: queues the document's removal (202 with its receipt); 404 unless the
   served index or the inbox holds the document.
 * ``GET /documents/{id}``: the document's status (pending, indexed or deleted in a version,
@@ -33,6 +34,7 @@ cannot hold, a strategy it does not serve) is a 409. Errors are JSON, on the str
 import json
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -64,7 +66,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.ingest.cleaning import clean_rows
+from retrieval_assets.core.ingest.cleaning import DEFAULT_MAX_TEXT_CHARS, clean_rows
 from retrieval_assets.core.ingest.inbox import (
     ArchivedEntry,
     DocumentInbox,
@@ -255,6 +257,79 @@ DocumentTenantParam = Annotated[
 ]
 
 
+# A character cleaning keeps (no space, control character or LaTeX markup), so that a text holding
+# one is not empty once cleaned; spelled out so that every regex engine reads it alike.
+KEPT_CHARACTER = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\\{}$%&~^_#]"
+# A metadata key cleaning takes: it ends with a character that is neither a space nor a dot.
+METADATA_KEY = r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000.]$"
+_CLOSED = {"additionalProperties": False}  # keys must match the key pattern, not merely be checked when they do
+Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # every store keeps integers as int64
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**63), le=2**63 - 1)]
+MetadataKey = Annotated[str, Field(pattern=METADATA_KEY)]
+MetadataValue = StrictStr | Int64 | FiniteFloat | StrictBool | list[StrictStr | StrictInt | FiniteFloat | StrictBool | None] | None
+DocumentId = Annotated[StrictStr, Field(pattern=NOT_ONLY_SPACE)] | StrictInt
+DocumentText = Annotated[StrictStr, Field(max_length=DEFAULT_MAX_TEXT_CHARS, pattern=KEPT_CHARACTER)]
+
+
+class ToolRecord(BaseModel):
+    """A tool catalog record as POST /documents takes it: what cleaning keeps, with the request's
+    tenant (a record may not name its own). Other fields are ignored, as in the catalog."""
+
+    model_config = ConfigDict(extra="allow", regex_engine="python-re")
+
+    id: DocumentId
+    name: StrictStr
+    description: DocumentText
+    keywords: list[StrictStr] = []
+    metadata: Annotated[
+        dict[MetadataKey, MetadataValue | Annotated[dict[MetadataKey, MetadataValue], Field(json_schema_extra=_CLOSED)]],
+        Field(json_schema_extra=_CLOSED, description="scalars, lists of them, or one level of objects of those"),
+    ] = {}
+    relations: dict[StrictStr, list[StrictStr | StrictInt]] = {}
+    tenant_id: None = Field(None, description="not taken over HTTP: the `tenant` parameter names the tenant")
+
+    @field_validator("tenant_id", mode="before")
+    @classmethod
+    def _tenant_from_the_request(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError("a posted record does not name its tenant: the tenant parameter does")
+        return value
+
+
+class BeirRecord(BaseModel):
+    """A BEIR corpus record as POST /documents takes it. Its other fields that are scalars, or
+    lists of them, become metadata, so every field name follows the metadata key rule."""
+
+    model_config = ConfigDict(
+        extra="allow", regex_engine="python-re", json_schema_extra={"propertyNames": {"pattern": METADATA_KEY}}
+    )
+    __pydantic_extra__: dict[str, StrictStr | Int64 | FiniteFloat | StrictBool | list[Any] | dict[str, Any] | None] = Field(
+        init=False
+    )
+
+    id: DocumentId = Field(alias="_id")
+    title: StrictStr | None = None
+    text: DocumentText
+    metadata: dict[MetadataKey, MetadataValue | dict[str, Any]] = Field(
+        {}, description="free-form; its scalar values are kept", json_schema_extra=_CLOSED
+    )
+
+    @model_validator(mode="after")
+    def _names_are_metadata_keys(self) -> "BeirRecord":
+        if any(not re.search(METADATA_KEY, name) for name in self.model_extra or {}):
+            raise ValueError("a field name must end with a character that is neither a space nor a dot (it becomes a metadata key)")
+        return self
+
+
+_RECORD_MODELS: dict[str, type[BaseModel]] = {"tool_catalog": ToolRecord, "beir": BeirRecord}
+
+
+def _documents_body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    record = model.model_json_schema(by_alias=True)
+    batch = {"type": "array", "items": record, "minItems": 1, "maxItems": MAX_DOCUMENT_BATCH}
+    return {"oneOf": [record, batch]}
+
+
 class DocumentReceipt(BaseModel):
     """One accepted upsert or delete, pending until a build takes it in (see GET /documents/{id})."""
 
@@ -406,27 +481,21 @@ def create_app(
         tags=["documents"],
         max_body_size=MAX_DOCUMENT_BYTES,
         responses={
+            202: {"description": "queued: one receipt per record"},
             422: {
                 "model": ErrorBody,
                 "description": "a record would be quarantined (`reason`; one `errors` item per such record, "
-                "`loc` [\"body\", index] in an array), or the array is empty or too long: nothing is written",
-            }
+                "`loc` [\"body\", index] in an array), breaks the record schema, or the array is empty or too "
+                "long: nothing is written",
+            },
         },
         openapi_extra={
             "requestBody": {
                 "required": True,
                 "description": f"One catalog record in the catalog's format ({catalog_format}), or an array of 1 to "
-                f"{MAX_DOCUMENT_BATCH:,} of them; at most {MAX_DOCUMENT_BYTES:,} bytes in all.",
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "oneOf": [
-                                {"type": "object"},
-                                {"type": "array", "items": {"type": "object"}, "minItems": 1, "maxItems": MAX_DOCUMENT_BATCH},
-                            ]
-                        }
-                    }
-                },
+                f"{MAX_DOCUMENT_BATCH:,} of them; at most {MAX_DOCUMENT_BYTES:,} bytes in all. A later record "
+                "for the same id supersedes an earlier one.",
+                "content": {"application/json": {"schema": _documents_body_schema(_RECORD_MODELS[catalog_format])}},
             }
         },
     )
@@ -434,18 +503,19 @@ def create_app(
         """Clean each record as the catalog is cleaned and queue them all for the next build, or none
         if any would be quarantined; one receipt per record, in order."""
         rows, batch = _document_rows(await request.body())
-        cleaned = await run_in_threadpool(clean_rows, rows, catalog_format, tenant or default_tenant)
-        if cleaned.quarantine:
-            raise _Quarantined(cleaned.quarantine, batch)
-        for index, document in enumerate(cleaned.documents):
-            if tenant and document.tenant_id != tenant:  # a tool record may name its own tenant
-                where = f"record {index}: " if batch else ""
-                raise HTTPException(422, f"{where}its tenant_id {document.tenant_id!r} is not the request's tenant {tenant!r}")
+        tenant_id = tenant or default_tenant
+        # Each record alone: a later record for the same id supersedes an earlier one, as a later post does.
+        cleaned = await run_in_threadpool(lambda: [clean_rows([row], catalog_format, tenant_id) for row in rows])
+        rejected = [record for result in cleaned for record in result.quarantine]
+        if rejected:
+            raise _Quarantined(rejected, batch)
+        records = [json.loads(row.raw) for row in rows]
+        _check_records(_RECORD_MODELS[catalog_format], records, batch)
         entries = [
             InboxEntry.new(
-                InboxOperation.UPSERT, document.doc_id, document.tenant_id, format=catalog_format, record=json.loads(row.raw)
+                InboxOperation.UPSERT, result.documents[0].doc_id, tenant_id, format=catalog_format, record=record
             )
-            for row, document in zip(rows, cleaned.documents, strict=True)
+            for result, record in zip(cleaned, records, strict=True)
         ]
         await run_in_threadpool(inbox.append, entries)
         return DocumentsAccepted(receipts=[DocumentReceipt.model_validate(entry.model_dump()) for entry in entries])
@@ -721,6 +791,20 @@ def _document_rows(body: bytes) -> tuple[list[RawRow], bool]:
         for n, record in enumerate(records, start=1)
     ]
     return rows, True
+
+
+def _check_records(model: type[BaseModel], records: list[Any], batch: bool) -> None:
+    """Refuse what cleaning takes but the published record schema does not, so that the schema
+    is exactly what is accepted."""
+    errors = []
+    for index, record in enumerate(records):
+        try:
+            model.model_validate(record)
+        except ValidationError as exc:
+            where = ("body", index) if batch else ("body",)
+            errors += [{"loc": (*where, *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+    if errors:
+        raise RequestValidationError(errors)
 
 
 def _served_copy(hit: StoreHit) -> dict[str, Any]:
