@@ -253,8 +253,9 @@ def _str_list(value: Any, what: str, doc_id: str, *, allow_int: bool = False) ->
 
 def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
     """A flat metadata value, ``None`` for a null to drop; nested containers are rejected."""
-    if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isdigit():
-        return int(value)
+    # ASCII digits only: "²".isdigit() is true but int("²") fails. The int64 check below applies too.
+    if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
         raise RowRejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is an integer beyond 64 bits", doc_id)
     if value is None or _is_scalar(value):

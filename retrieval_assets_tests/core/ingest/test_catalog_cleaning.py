@@ -9,7 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from retrieval_assets.core.ingest.catalog import CatalogError, CatalogSource, load_gold, load_raw_rows, read_raw_rows
+from retrieval_assets.core.ingest.catalog import (
+    CatalogError,
+    CatalogSource,
+    RawRow,
+    load_gold,
+    load_raw_rows,
+    read_raw_rows,
+)
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows, clean_text
 from retrieval_assets.core.io.tables import (
     QUARANTINE_COLUMNS,
@@ -305,3 +312,16 @@ def test_frames_round_trip_and_have_columns_when_empty(hostile, tmp_path: Path) 
     assert frame_to_documents(documents_to_frame([])) == []
     with pytest.raises(ValueError, match="lacks columns"):
         frame_to_documents(frame.drop(columns=["text"]))
+
+
+@pytest.mark.parametrize(
+    ("year", "kept"),
+    [("2019", 2019), (" 2019 ", 2019), ("²", "²"), ("٢٠١٩", "٢٠١٩"), ("9" * 20, None)],
+)
+def test_year_strings_become_integers_only_when_they_are_ascii_and_fit_64_bits(year: str, kept: object) -> None:
+    record = {"_id": "y", "title": "t", "text": "some text", "metadata": {"year": year}}
+    cleaned = clean_rows([RawRow(source="s", line_number=1, raw=json.dumps(record))], "beir")
+    if kept is None:
+        assert [q.reason for q in cleaned.quarantine] == ["invalid_metadata"]
+    else:
+        assert cleaned.documents[0].metadata["year"] == kept
