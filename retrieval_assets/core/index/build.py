@@ -30,6 +30,8 @@ from retrieval_assets.core.stores.base import (
     TAGS_FIELD,
     FieldType,
     Payload,
+    field_kinds,
+    field_types_from_kinds,
     infer_field_types,
 )
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
@@ -207,14 +209,20 @@ def build_lexical_index(
     return write_lexical_index(path, index_payloads(chunks, context))
 
 
-def write_lexical_index(path: Path, payloads: list[Payload], **facts: object) -> TantivyLexicalStore:
-    """A new tantivy index of ``payloads``, in their order, with its facets in the build manifest."""
-    field_types = infer_field_types(payloads)
+def write_lexical_index(
+    path: Path, payloads: list[Payload], kinds: dict[str, dict[str, int]] | None = None, **facts: object
+) -> TantivyLexicalStore:
+    """A new tantivy index of ``payloads``, in their order. Its build manifest holds the facets
+    and the payloads' ``field_kinds`` (``kinds`` when the caller has them already), from which a
+    later delta build derives its filter field types without reading every payload."""
+    kinds = field_kinds(payloads) if kinds is None else kinds
+    field_types = field_types_from_kinds(kinds)
     store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
     store.add(payloads)
     fault_point("tantivy_index")
     store.finalize()
-    write_build_manifest(path, count=store.count(), facets=keyword_facets(payloads, field_types), **facts)
+    facets = keyword_facets(payloads, field_types)
+    write_build_manifest(path, count=store.count(), facets=facets, field_kinds=kinds, **facts)
     return store
 
 

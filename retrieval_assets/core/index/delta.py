@@ -46,11 +46,19 @@ from retrieval_assets.core.index.build import (
     write_lexical_index,
     write_qdrant_points,
 )
+from retrieval_assets.core.index.layout import read_build_manifest
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.core.index.vocabulary import chunk_texts, payload_texts, update_term_counts
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
-from retrieval_assets.core.stores.base import Payload, infer_field_types, read_manifest, validate_field_types
+from retrieval_assets.core.stores.base import (
+    Payload,
+    combine_field_kinds,
+    field_kinds,
+    field_types_from_kinds,
+    read_manifest,
+    validate_field_types,
+)
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
@@ -127,7 +135,12 @@ def decide_build(
     if not base.sealed:
         return BuildDecision(f"the promoted version {base.id} is incomplete")
     manifest = base.manifest()
-    if "settings_fingerprint" not in manifest or not base.layout.chunks.is_file():
+    if not (
+        "settings_fingerprint" in manifest
+        and base.layout.chunks.is_file()
+        and base.layout.vocabulary_counts.is_file()
+        and "field_kinds" in read_build_manifest(base.layout.lexical)
+    ):
         return BuildDecision(f"the promoted version {base.id} predates delta builds (no chunk table)")
     if manifest["settings_fingerprint"] != settings_fingerprint:
         return BuildDecision(f"models or index settings changed since {base.id}")
@@ -140,7 +153,7 @@ def decide_build(
         )
     _, base_qdrant = read_manifest(base.layout.qdrant, QdrantEdgeStore.backend)
     fields_before = base_qdrant["field_types"]
-    fields_now = validate_field_types(infer_field_types(candidate_payloads(base, chunks, plan, context)))
+    fields_now = validate_field_types(field_types_from_kinds(delta_field_kinds(base, chunks, plan, context)))
     if fields_now != fields_before:
         changes = sorted(
             f"{field}: {fields_before.get(field, 'absent')} -> {fields_now.get(field, 'absent')}"
@@ -201,6 +214,18 @@ def read_plan(path: Path) -> DeltaPlan:
     return DeltaPlan(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
+def delta_field_kinds(
+    base: IndexVersion, chunks: pd.DataFrame, plan: DeltaPlan, context: ContextTokenSettings | None = None
+) -> dict[str, dict[str, int]]:
+    """``field_kinds`` of every candidate payload, from the base's (in its tantivy build
+    manifest) less its payloads of the changed and removed chunks plus the upserted ones: exact,
+    also when a removal leaves a field with fewer kinds, without reading every payload."""
+    before = read_build_manifest(base.layout.lexical)["field_kinds"]
+    replaced = FaissDenseStore.stored_payloads(base.layout.faiss, {*plan.upserted, *plan.deleted}).values()
+    upserted = index_payloads(plan.upserted_rows(chunks), context)
+    return combine_field_kinds((before, 1), (field_kinds(replaced), -1), (field_kinds(upserted), 1))
+
+
 def candidate_payloads(
     base: IndexVersion, chunks: pd.DataFrame, plan: DeltaPlan, context: ContextTokenSettings | None = None
 ) -> list[Payload]:
@@ -248,7 +273,9 @@ def delta_lexical_index(
 ) -> TantivyLexicalStore:
     """The tantivy index rebuilt whole (see the module notes on BM25 statistics), from the
     base's payloads for the chunks that did not change."""
-    return write_lexical_index(path, candidate_payloads(delta.base, chunks, delta.plan, context), base_version=delta.base.id)
+    payloads = candidate_payloads(delta.base, chunks, delta.plan, context)
+    kinds = delta_field_kinds(delta.base, chunks, delta.plan, context)
+    return write_lexical_index(path, payloads, kinds, base_version=delta.base.id)
 
 
 def delta_term_counts(delta: Delta, chunks: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import re
 import shutil
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
@@ -172,22 +173,17 @@ def check_top_k(top_k: int) -> None:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
 
 
-def infer_field_types(
-    payloads: Iterable[Payload], exclude: Sequence[str] = REQUIRED_PAYLOAD_FIELDS
-) -> dict[str, FieldType]:
-    """Filterable metadata fields and how to index them, from the values seen.
-
-    Strings and string lists are keywords; all-bool fields are bools; all-int fields are
-    integers; other numeric fields are floats; a field mixing kinds falls back to keyword,
-    which matches ``MetadataFilter``'s string comparison.
-    """
-    kinds: dict[str, set[str]] = {}
+def field_kinds(payloads: Iterable[Payload], exclude: Sequence[str] = REQUIRED_PAYLOAD_FIELDS) -> dict[str, dict[str, int]]:
+    """Per metadata field, how many payloads hold each kind of value: "bool", "integer", "float"
+    or "keyword" (strings, and every list, lists being ``list[str]`` by contract). Counts, not
+    sets, so that a delta build can take payloads away as well as add them."""
+    counts: dict[str, Counter[str]] = {}
     for payload in payloads:
         for field, value in payload.items():
             if field in exclude or value is None:
                 continue
             values = value if isinstance(value, (list, tuple)) else [value]
-            seen = kinds.setdefault(field, set())
+            seen = {"keyword"} if isinstance(value, (list, tuple)) else set()
             for item in values:
                 if isinstance(item, bool):
                     seen.add("bool")
@@ -197,10 +193,30 @@ def infer_field_types(
                     seen.add("float")
                 else:
                     seen.add("keyword")
-            if isinstance(value, (list, tuple)):
-                seen.add("keyword")  # lists are list[str] by contract
+            counts.setdefault(field, Counter()).update(seen)
+    return {field: dict(sorted(kinds.items())) for field, kinds in sorted(counts.items())}
+
+
+def combine_field_kinds(*parts: tuple[Mapping[str, Mapping[str, int]], int]) -> dict[str, dict[str, int]]:
+    """The sum of ``field_kinds`` counts, each given with a sign (1 adds, -1 takes away)."""
+    total: dict[str, Counter[str]] = {}
+    for kinds, sign in parts:
+        for field, counts in kinds.items():
+            total.setdefault(field, Counter()).update({kind: sign * n for kind, n in counts.items()})
+    return {
+        field: {kind: n for kind, n in sorted(counts.items()) if n}
+        for field, counts in sorted(total.items())
+        if any(counts.values())
+    }
+
+
+def field_types_from_kinds(kinds: Mapping[str, Mapping[str, int]]) -> dict[str, FieldType]:
+    """All-bool fields are bools; all-int fields are integers; other numeric fields are floats;
+    a field mixing kinds falls back to keyword, which matches ``MetadataFilter``'s string
+    comparison."""
     types: dict[str, FieldType] = {}
-    for field, seen in sorted(kinds.items()):
+    for field, counts in sorted(kinds.items()):
+        seen = {kind for kind, n in counts.items() if n > 0}
         if seen == {"bool"}:
             types[field] = "bool"
         elif seen == {"integer"}:
@@ -210,6 +226,14 @@ def infer_field_types(
         elif seen:
             types[field] = "keyword"
     return types
+
+
+def infer_field_types(
+    payloads: Iterable[Payload], exclude: Sequence[str] = REQUIRED_PAYLOAD_FIELDS
+) -> dict[str, FieldType]:
+    """Filterable metadata fields and how to index them, from the values seen (``field_kinds``,
+    ``field_types_from_kinds``)."""
+    return field_types_from_kinds(field_kinds(payloads, exclude))
 
 
 def validate_field_types(field_types: Mapping[str, str] | None) -> dict[str, FieldType]:
