@@ -113,9 +113,11 @@ class FaissDenseStore(DenseStore):
         self.index_type: IndexType = manifest["index_type"]
         self.ef_search: int = manifest["ef_search"]
         self._index = index
-        # One entry per row, in the index's order: the chunk id and the payload as saved.
+        # One entry per row, in the index's order: the chunk id, and the payload either as saved
+        # (JSON) or, once a search needed it, parsed (the JSON is then dropped: a serving process
+        # holds the payloads once).
         self._chunk_ids = chunk_ids
-        self._payload_json = payload_json
+        self._payload_json: list[str] | None = payload_json
         self._parsed: list[Payload] | None = None
         self._ids = faiss.vector_to_array(index.id_map).astype(np.int64)
         self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
@@ -169,9 +171,12 @@ class FaissDenseStore(DenseStore):
     @property
     def _payloads(self) -> list[Payload]:
         """The payloads, parsed on first use (a search); concurrent first uses parse the same list."""
-        if self._parsed is None:
-            self._parsed = [json.loads(text) for text in self._payload_json]
-        return self._parsed
+        parsed, text = self._parsed, self._payload_json
+        if parsed is None:
+            assert text is not None
+            self._parsed = parsed = [json.loads(payload) for payload in text]
+            self._payload_json = None
+        return parsed
 
     def count(self) -> int:
         return len(self._chunk_ids)
@@ -199,9 +204,10 @@ class FaissDenseStore(DenseStore):
         start = len(self._chunk_ids)
         self._index.add_with_ids(matrix, ids)
         self._chunk_ids.extend(p["chunk_id"] for p in payloads)
-        self._payload_json.extend(json.dumps(p, ensure_ascii=False) for p in payloads)
-        if self._parsed is not None:
-            self._parsed.extend(dict(p) for p in payloads)
+        if self._payload_json is not None:
+            self._payload_json.extend(json.dumps(p, ensure_ascii=False) for p in payloads)
+        else:
+            self._payloads.extend(dict(p) for p in payloads)
         self._ids = np.concatenate([self._ids, ids])
         self._row_of.update((int(point_id), start + i) for i, point_id in enumerate(ids))
         self._columns = None
@@ -304,9 +310,10 @@ class FaissDenseStore(DenseStore):
             self._index.add_with_ids(vectors, self._ids[keep])
         self._ids = self._ids[keep]
         self._chunk_ids = [chunk_id for chunk_id, kept in zip(self._chunk_ids, keep, strict=True) if kept]
-        self._payload_json = [text for text, kept in zip(self._payload_json, keep, strict=True) if kept]
-        if self._parsed is not None:
-            self._parsed = [payload for payload, kept in zip(self._parsed, keep, strict=True) if kept]
+        if self._payload_json is not None:
+            self._payload_json = [text for text, kept in zip(self._payload_json, keep, strict=True) if kept]
+        else:
+            self._parsed = [payload for payload, kept in zip(self._payloads, keep, strict=True) if kept]
         self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
 
     def _save(self) -> None:
@@ -319,7 +326,12 @@ class FaissDenseStore(DenseStore):
                 "id": pa.array(self._ids, type=pa.int64()),
                 "chunk_id": pa.array(self._chunk_ids, type=pa.string()),
                 # JSON keeps heterogeneous metadata types (a field int here, str there) intact.
-                "payload": pa.array(self._payload_json, type=pa.string()),
+                "payload": pa.array(
+                    self._payload_json
+                    if self._payload_json is not None
+                    else [json.dumps(p, ensure_ascii=False) for p in self._payloads],
+                    type=pa.string(),
+                ),
             }
         )
         payload_tmp = self.directory / (PAYLOAD_FILE + ".tmp")

@@ -233,6 +233,13 @@ def test_dense_delete_removes_chunks_from_search_and_disk(dense):
         assert [h.chunk_id for h in hits] == [chunk_id for _, chunk_id in expected]
         assert [h.score for h in hits] == pytest.approx([score for score, _ in expected], abs=1e-5)
         assert current.search_dense(FAR_QUERY, top_k=3, filters=parse_filters({"tenant_id": "initech"})) == []
+    # Writes after searches (payloads parsed by then) are saved as well.
+    current.upsert_dense(PAYLOADS[:1], VECTORS[:1])
+    current.delete([CHUNK_IDS[2]])
+    current.close()
+    holder["store"] = reopened = open_dense(kind, path)
+    assert reopened.chunk_ids() == set(CHUNK_IDS) - {CHUNK_IDS[FAR], CHUNK_IDS[2]}
+    assert reopened.search_dense(VECTORS[0], top_k=1)[0].payload == PAYLOADS[0]
 
 
 def test_faiss_stored_payloads_are_read_without_the_index(tmp_path):
