@@ -45,7 +45,7 @@ from retrieval_assets.core.index.delta import (
     load_delta,
     record_decision,
 )
-from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
@@ -103,8 +103,27 @@ def _index_result(
     **metadata: object,
 ) -> MaterializeResult:
     """Metadata and checks of a built index; ``dimensions`` is (index dim, model dim) for dense indexes."""
-    count = store.count()
-    stored, expected = store.chunk_ids(), set(chunks["chunk_id"])
+    try:
+        return _checked(store.backend, store.count(), store.chunk_ids(), chunks, seconds, dimensions, **metadata)
+    finally:
+        store.close()
+
+
+def _sealed_chunk_ids(layout: IndexLayout) -> set[str]:
+    """The chunk ids a sealed version holds, from the table written when its backends were checked."""
+    return set(pd.read_parquet(layout.chunks, columns=["chunk_id"])["chunk_id"])
+
+
+def _checked(
+    backend: str,
+    count: int,
+    stored: set[str],
+    chunks: pd.DataFrame,
+    seconds: float,
+    dimensions: tuple[int | None, int] | None = None,
+    **metadata: object,
+) -> MaterializeResult:
+    expected = set(chunks["chunk_id"])
     dimension_check = []
     if dimensions is not None:
         index_dim, model_dim = dimensions
@@ -115,8 +134,8 @@ def _index_result(
                 metadata={"index_dim": index_dim, "model_dim": model_dim},
             )
         )
-    result = MaterializeResult(
-        metadata={"backend": store.backend, "points": count, "seconds": seconds, **metadata},
+    return MaterializeResult(
+        metadata={"backend": backend, "points": count, "seconds": seconds, **metadata},
         check_results=[
             *dimension_check,
             AssetCheckResult(
@@ -131,8 +150,6 @@ def _index_result(
             ),
         ],
     )
-    store.close()
-    return result
 
 
 def candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) -> IndexLayout:
@@ -318,7 +335,23 @@ def qdrant_edge_index(
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
-    path = candidate_layout(storage, index_candidate).qdrant
+    layout = candidate_layout(storage, index_candidate)
+    path = layout.qdrant
+    described = {"path": str(path), "dense_model": models.dense_model, "sparse_model": models.sparse_model}
+    if index_candidate.reused and layout.chunks.is_file():
+        # A qdrant-edge shard opens in one process at a time, and the version reused may be the
+        # one being served; it was checked when sealed, so its build manifest and chunk table stand in.
+        manifest = read_build_manifest(path)
+        return _checked(
+            QdrantEdgeStore.backend,
+            manifest["count"],
+            _sealed_chunk_ids(layout),
+            chunks,
+            0.0,
+            (manifest["dim"], models.dense_encoder().dim),
+            **described,
+            **build_metadata(index_candidate),
+        )
     delta = candidate_delta(storage, index_candidate)
     vectors = (chunks, dense_embeddings, sparse_embeddings, models.dense_model, models.sparse_model, build.context_tokens)
     with stopwatch() as timer:
@@ -334,9 +367,7 @@ def qdrant_edge_index(
         chunks,
         timer["seconds"],
         (store.dim, models.dense_encoder().dim),
-        path=str(path),
-        dense_model=models.dense_model,
-        sparse_model=models.sparse_model,
+        **described,
         **build_metadata(index_candidate),
     )
 
@@ -457,7 +488,14 @@ def index_version(
     versions = storage.versions()
     version = versions.version(index_candidate.version)
     servers = storage.servers()
-    held = {**backend_chunk_ids(version), **(servers.chunk_ids(version.id) if servers else {})}
+    # A reused version was checked when it was sealed, and its qdrant-edge shard may be open in a
+    # serving process: its chunk table stands in for the embedded backends.
+    embedded = (
+        {"sealed_version": _sealed_chunk_ids(version.layout)}
+        if version.sealed and version.layout.chunks.is_file()
+        else backend_chunk_ids(version)
+    )
+    held = {**embedded, **(servers.chunk_ids(version.id) if servers else {})}
     differences = backend_differences(held, set(chunks["chunk_id"]))
     disagreeing = disagreeing_backends(differences)
     consistent = not disagreeing
