@@ -14,6 +14,7 @@ from dagster import (
     Config,
     OpExecutionContext,
     define_asset_job,
+    in_process_executor,
     job,
     op,
 )
@@ -40,9 +41,15 @@ index_build_job = define_asset_job(
     description="The whole incremental build: ingest, clean, chunk, embed what changed, write and seal a candidate.",
 )
 
+# The gate judges the default configuration only; the nightly evaluation measures them all.
+DOCUMENT_UPDATE_CONFIG = {"ops": {"retrieval_evaluation": {"config": {"configurations": []}}}}
+
 document_update_job = define_asset_job(
     "document_update_job",
     selection=WHOLE_BUILD,
+    # One process: the models load once, not once per step, which is most of a small update's time.
+    executor_def=in_process_executor,
+    config=DOCUMENT_UPDATE_CONFIG,
     description="Take in the documents posted to the inbox: the incremental build (a delta from the promoted "
     "version when little changed), then evaluation and gated promotion, in one run.",
 )

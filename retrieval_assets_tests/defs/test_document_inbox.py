@@ -17,7 +17,7 @@ from dagster import DagsterInstance, build_sensor_context
 
 from retrieval_assets.core.faults import FAULT_ENV
 from retrieval_assets.core.ingest.inbox import InboxEntry, InboxOperation, InboxOutcome, document_status
-from retrieval_assets.defs.jobs import WHOLE_BUILD
+from retrieval_assets.defs.jobs import DOCUMENT_UPDATE_CONFIG, WHOLE_BUILD
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.defs.sensors import document_inbox_sensor
 from retrieval_assets.runs import build_index, deployment_resources, evaluate_version, run_selection
@@ -86,7 +86,7 @@ def test_posted_documents_are_built_evaluated_promoted_and_archived(served, tmp_
     again = build_sensor_context(instance=instance, resources={"catalog": catalog}, cursor=tick.cursor)
     assert not document_inbox_sensor.evaluate_tick(again).run_requests  # requested already
 
-    run = run_selection(WHOLE_BUILD, resources, instance)  # what document_update_job runs
+    run = run_selection(WHOLE_BUILD, resources, instance, run_config=DOCUMENT_UPDATE_CONFIG)  # document_update_job
     assert run.success, _failures(run)
     promoted = versions.promoted()
     assert promoted.id != before.id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,8 +19,11 @@ from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.core.stores.base import KEYWORD_PAYLOAD_FIELDS, IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore, ShardBusyError
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+
+
+logger = logging.getLogger(__name__)
 
 
 class BackendNotAvailableError(RuntimeError):
@@ -82,6 +87,7 @@ class Searcher:
         self.versions = versions
         self._open_version = open_version
         self._retrievers: dict[str, HybridRetriever] = {}
+        self._opening = threading.Lock()  # two requests after a promotion must not both open it
 
     def retriever(self, version: str | None = None) -> HybridRetriever:
         """A retriever over ``version``, or over the promoted version as of this call."""
@@ -91,13 +97,22 @@ class Searcher:
                 f"no index version is promoted under {self.versions.root}: build and evaluate one first "
                 "(retrieval-assets run, or index_build_job then evaluation_job)"
             )
-        if target.id not in self._retrievers:
-            if not target.sealed:
-                raise BackendNotAvailableError(f"index version {target.id} is incomplete: re-run the index build")
-            self._retrievers[target.id] = self._open_version(target)
-            for stale in list(self._retrievers)[:-2]:
-                self._retrievers.pop(stale).close()
-        return self._retrievers[target.id]
+        with self._opening:
+            if target.id not in self._retrievers:
+                if not target.sealed:
+                    raise BackendNotAvailableError(f"index version {target.id} is incomplete: re-run the index build")
+                try:
+                    self._retrievers[target.id] = self._open_version(target)
+                except ShardBusyError:
+                    if version is not None or not self._retrievers:
+                        raise
+                    # The run that promoted it may hold its shard a moment longer: answer from the
+                    # version it replaced, and open it on a later request.
+                    logger.warning("promoted version %s is still open elsewhere; serving the previous one", target.id)
+                    return next(reversed(self._retrievers.values()))
+                for stale in list(self._retrievers)[:-2]:
+                    self._retrievers.pop(stale).close()
+            return self._retrievers[target.id]
 
     def search(self, query: str, top_k: int = 10, filters: dict[str, Any] | None = None, **options: Any) -> RetrievalResult:
         """See ``SearchRequest`` for the options (tenant_id, strategies, fusion, rerank, expand,

@@ -52,6 +52,10 @@ _DISTANCES = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot}
 _BOOL_KEYWORDS = {True: "true", False: "false"}
 
 
+class ShardBusyError(RuntimeError):
+    """The shard is open elsewhere: qdrant-edge locks its write-ahead log, one opener at a time."""
+
+
 class QdrantEdgeStore(DenseStore, SparseStore):
     """Dense + sparse (SPLADE) vectors with payload filters in an embedded Qdrant shard."""
 
@@ -133,13 +137,14 @@ class QdrantEdgeStore(DenseStore, SparseStore):
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> QdrantEdgeStore:
-        """Load an existing shard. Fails with ``RuntimeError`` while another store holds it open."""
+        """Load an existing shard. Fails with ``ShardBusyError`` while another store (in this or
+        another process) holds it open."""
         directory, manifest = read_manifest(path, cls.backend)
         try:
             shard = qe.EdgeShard.load(str(directory / SHARD_DIR))
         except Exception as exc:
             if "WouldBlock" in str(exc):
-                raise RuntimeError(
+                raise ShardBusyError(
                     f"qdrant-edge shard {directory} is already open (its write-ahead log is locked); "
                     "close the other store first"
                 ) from exc

@@ -137,12 +137,17 @@ def retrieval_evaluation(
             if unknown:
                 raise ValueError(f"unknown configurations {sorted(unknown)}; known: {sorted(CONFIGURATIONS)}")
             names = [DEFAULT_CONFIGURATION, *(n for n in config.configurations if n != DEFAULT_CONFIGURATION)]
-            reports = evaluate_configurations(
-                search.retriever(candidate.id),
-                gold,
-                {name: CONFIGURATIONS[name] for name in names},
-                progress=lambda label: log_progress(context, label, every_percent=25),
-            )
+            try:
+                reports = evaluate_configurations(
+                    search.retriever(candidate.id),
+                    gold,
+                    {name: CONFIGURATIONS[name] for name in names},
+                    progress=lambda label: log_progress(context, label, every_percent=25),
+                )
+            finally:
+                # Released before promotion: a serving process opens the promoted qdrant-edge
+                # shard as soon as the pointer moves, and only one process may hold it.
+                search.close()
             summary = {name: summarize(report) for name, report in reports.items()}
             default = reports[DEFAULT_CONFIGURATION]
             histogram = pd.DataFrame(ndcg_histogram(default), columns=["ndcg@10", "queries"])

@@ -24,7 +24,7 @@ from retrieval_assets.core.stores.base import (
     infer_field_types,
 )
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore, PayloadColumns
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore, ShardBusyError
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 
 DIM = 16
@@ -408,7 +408,7 @@ def test_qdrant_delete_removes_both_vectors(qdrant, tmp_path):
 
 
 def test_qdrant_second_open_fails_clearly(qdrant):
-    with pytest.raises(RuntimeError, match="already open"):
+    with pytest.raises(ShardBusyError, match="already open"):
         QdrantEdgeStore.open(qdrant.directory)
 
 
