@@ -53,10 +53,15 @@ def test_code_location_loads_every_definition() -> None:
     assert {job.name for job in repository.get_all_jobs()} >= {
         "index_build_job",
         "evaluation_job",
+        "document_update_job",
         "embedding_shards_job",
         "rollback_job",
     }
     assert {s.name for s in repository.schedule_defs} == {"nightly_index_build"}
-    assert {s.name for s in repository.sensor_defs} == {"candidate_evaluation_sensor", "catalog_source_sensor"}
+    assert {s.name for s in repository.sensor_defs} == {
+        "candidate_evaluation_sensor",
+        "catalog_source_sensor",
+        "document_inbox_sensor",
+    }
     keys = {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()}
     assert {"raw_catalog", "chunks", "index_version", "retrieval_evaluation", "promoted_index"} <= keys
