@@ -15,12 +15,22 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, build_sensor_context
 
-from retrieval_assets.core.faults import FAULT_ENV
-from retrieval_assets.core.ingest.inbox import InboxEntry, InboxOperation, InboxOutcome, document_status
+from retrieval_assets.core.faults import FAULT_ENV, INBOX_FAULT_POINT
+from retrieval_assets.core.ingest.inbox import (
+    InboxEntry,
+    InboxOperation,
+    InboxOutcome,
+    document_status,
+)
 from retrieval_assets.defs.jobs import DOCUMENT_UPDATE_CONFIG, WHOLE_BUILD
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.defs.sensors import document_inbox_sensor
-from retrieval_assets.runs import build_index, deployment_resources, evaluate_version, run_selection
+from retrieval_assets.runs import (
+    build_index,
+    deployment_resources,
+    evaluate_version,
+    run_selection,
+)
 
 NEW_TEXT = "Axolotl limb regeneration relies on positional memory in connective tissue fibroblasts."
 
@@ -120,7 +130,8 @@ def test_a_build_killed_while_archiving_takes_every_entry_on_the_rerun_once(serv
     inbox.append(entries)
     child = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path / "home"), str(tmp_path / "catalog")],
-        env={**os.environ, FAULT_ENV: "inbox_archive"},
+        env={**os.environ, FAULT_ENV: INBOX_FAULT_POINT},
+        check=False,
         capture_output=True,
         text=True,
         timeout=600,

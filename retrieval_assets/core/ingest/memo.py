@@ -22,7 +22,12 @@ import pandas as pd
 
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.ingest.cleaning import QuarantineReason, RowParser, RowRejected, parse_row
+from retrieval_assets.core.ingest.cleaning import (
+    QuarantineReason,
+    RowParser,
+    RowRejected,
+    parse_row,
+)
 from retrieval_assets.core.io.files import write_atomically
 from retrieval_assets.core.io.tables import CHUNK_COLUMNS, DOCUMENT_COLUMNS
 from retrieval_assets.core.models import Document

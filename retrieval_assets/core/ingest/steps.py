@@ -16,7 +16,12 @@ from typing import Any
 import pandas as pd
 
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow, catalog_file, load_raw_rows
+from retrieval_assets.core.ingest.catalog import (
+    CatalogSource,
+    RawRow,
+    catalog_file,
+    load_raw_rows,
+)
 from retrieval_assets.core.ingest.chunking import make_chunker
 from retrieval_assets.core.ingest.cleaning import (
     DEFAULT_MAX_TEXT_CHARS,
@@ -26,7 +31,12 @@ from retrieval_assets.core.ingest.cleaning import (
     QuarantineReason,
     clean_rows,
 )
-from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation, InboxOutcome
+from retrieval_assets.core.ingest.inbox import (
+    DocumentInbox,
+    InboxEntry,
+    InboxOperation,
+    InboxOutcome,
+)
 from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
@@ -37,6 +47,7 @@ from retrieval_assets.core.io.tables import (
 )
 from retrieval_assets.core.models import Chunk, Document, QuarantineRecord
 from retrieval_assets.core.settings import ChunkingSettings
+
 
 def source_key(source: CatalogSource) -> str:
     """The ``source`` column of a source's raw rows: its file, or the inbox directory."""

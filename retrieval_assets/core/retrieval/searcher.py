@@ -12,16 +12,18 @@ from retrieval_assets.core.index.graph import ToolGraph
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.models import RetrievalResult, SearchRequest, Strategy
-from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator
+from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.core.stores.base import KEYWORD_PAYLOAD_FIELDS, IndexStore
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore, ShardBusyError
+from retrieval_assets.core.stores.qdrant_edge_store import (
+    QdrantEdgeStore,
+    ShardBusyError,
+)
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-
 
 logger = logging.getLogger(__name__)
 

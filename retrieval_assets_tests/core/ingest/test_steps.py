@@ -11,9 +11,18 @@ import pandas as pd
 import pytest
 
 from retrieval_assets.core.ingest.catalog import CatalogSource
-from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation, InboxOutcome
+from retrieval_assets.core.ingest.inbox import (
+    DocumentInbox,
+    InboxEntry,
+    InboxOperation,
+    InboxOutcome,
+)
 from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
-from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs
+from retrieval_assets.core.ingest.steps import (
+    chunk_frame,
+    clean_catalogs,
+    read_raw_catalogs,
+)
 from retrieval_assets.core.io.tables import documents_to_frame
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA

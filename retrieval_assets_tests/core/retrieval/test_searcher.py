@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from retrieval_assets.core.index.versions import IndexVersions
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore, ShardBusyError
-from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
+from retrieval_assets.core.stores.qdrant_edge_store import (
+    QdrantEdgeStore,
+    ShardBusyError,
+)
+from retrieval_assets.defs.resources import (
+    IndexStorageResource,
+    ModelResource,
+    SearchResource,
+)
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
 
