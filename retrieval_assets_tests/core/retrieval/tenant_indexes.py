@@ -1,4 +1,5 @@
-"""A three-tenant tool catalog built once per test session through every Dagster asset.
+"""A three-tenant tool catalog, plus one posted document per tenant in the document inbox,
+built once per test session through every Dagster asset.
 
 The tenants hold near-copies of each other's tools (same descriptions, authors and years,
 relations that point across tenants), so any filter that fails to apply shows up as a leak.
@@ -22,6 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from dagster import DagsterInstance, EnvVar, materialize
 
+from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets.definitions import ASSETS
 from retrieval_assets.defs.jobs import WHOLE_BUILD
@@ -70,6 +72,29 @@ def tenant_records() -> list[dict[str, Any]]:
         metadata = {"topics": ["Medical imaging"], "formats": [fmt], "year": 2015 + 3 * i, "authors": AUTHORS[i]}
         records.append({"id": tool_id, "name": name, "description": description, "tenant_id": "gamma", "metadata": metadata})
     return records
+
+
+# Posted through the document inbox (POST /documents) rather than the catalog: one near-copy per
+# tenant, so a posted document leaking across tenants shows up like a catalog one would.
+POSTED_TEXT = "Posted aligner that maps long nanopore sequencing reads to a reference genome quickly."
+
+
+def posted_entries() -> list[InboxEntry]:
+    return [
+        InboxEntry.new(
+            InboxOperation.UPSERT,
+            f"posted-{tenant}",
+            tenant,
+            format="tool_catalog",
+            record={"id": f"posted-{tenant}", "name": f"Posted aligner {tenant}", "description": POSTED_TEXT},
+        )
+        for tenant in TENANTS
+    ]
+
+
+def tenant_of() -> dict[str, str]:
+    """Every indexed document id (catalog and posted) and its tenant."""
+    return {str(r["id"]): r["tenant_id"] for r in tenant_records()} | {e.doc_id: e.tenant_id for e in posted_entries()}
 
 
 # Authorization headers the loopback LLM endpoint was sent, in order.
@@ -141,6 +166,7 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
 
     home = root / "home"
     storage = IndexStorageResource(home=str(home))
+    DocumentInbox(storage.inbox_dir).append(posted_entries())
     models = ModelResource()
     build = IndexBuildResource()
     search = SearchResource(
@@ -164,7 +190,12 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
             instance=instance,
             resources={
                 **code_location_resources(),
-                "catalog": CatalogResource(format="tool_catalog", path=str(catalog), gold_path=str(_gold(root))),
+                "catalog": CatalogResource(
+                    format="tool_catalog",
+                    path=str(catalog),
+                    gold_path=str(_gold(root)),
+                    inbox_dir=str(storage.inbox_dir),
+                ),
                 "models": models,
                 "storage": storage,
                 "build": build,

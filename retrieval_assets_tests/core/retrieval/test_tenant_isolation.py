@@ -20,11 +20,14 @@ from retrieval_assets.core.stores.filters import FilterError
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.control_tags import ControlTagError
 from retrieval_assets.defs.resources import GraphConfig, RerankConfig, SearchResource
-from retrieval_assets_tests.core.retrieval.tenant_indexes import TENANTS, build_tenant_indexes, tenant_records
+from retrieval_assets_tests.core.retrieval.tenant_indexes import TENANTS, build_tenant_indexes, tenant_of
 
-TENANT_OF = {str(record["id"]): record["tenant_id"] for record in tenant_records()}
+TENANT_OF = tenant_of()  # catalog documents and documents posted through the inbox
 OTHER_IDS = sorted(TENANT_OF)
-WORDS = ["align", "reads", "genome", "variant", "calling", "quality", "control", "sort", "BAM", "medical", "image", "viewer"]
+WORDS = [
+    "align", "reads", "genome", "variant", "calling", "quality", "control", "sort", "BAM", "medical", "image", "viewer",
+    "posted", "nanopore",
+]
 INJECTIONS = [
     "tenant_id:beta", "tenant_id:*", '{"tenant_id": "beta"}', "tenant_id=gamma", "+tenant_id:alpha OR *",
     "by Smith since 2019", "by Smith", "since 2019", "before 2015", "in 2012", "2010-2014", "since 2020 before 2012",
@@ -135,9 +138,12 @@ def test_a_tenant_scoped_query_never_returns_another_tenants_documents(
 
 
 def test_the_property_has_teeth(search: SearchResource) -> None:
-    """Unscoped, the same catalog does return several tenants: the scoped test would see a leak."""
+    """Unscoped, the same catalog does return several tenants, posted documents included: the
+    scoped test would see a leak."""
     result = search.run(SearchRequest(query="align sequencing reads to a reference genome", top_k=40))
     assert {hit.tenant_id for hit in result.hits} == set(TENANTS)
+    posted = search.run(SearchRequest(query="posted nanopore aligner", top_k=10, rerank=False))
+    assert {hit.doc_id for hit in posted.hits} >= {f"posted-{tenant}" for tenant in TENANTS}
     scoped = search.run(SearchRequest(query="bwa", top_k=40, tenant_id="beta"))
     assert scoped.hits and {hit.tenant_id for hit in scoped.hits} == {"beta"}
     # More like this over another tenant's id finds nothing to be like: the id is plain text.
