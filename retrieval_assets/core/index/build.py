@@ -231,6 +231,15 @@ class IndexConsistencyError(RuntimeError):
 
 
 
+def sealed_chunk_ids(version: IndexVersion) -> set[str] | None:
+    """The chunk ids a sealed version holds, from the chunk table written when its backends were
+    checked; None when it is not sealed or predates the table. Reading them opens no store: a
+    qdrant-edge shard opens in one process at a time, and a sealed version may be being served."""
+    if not (version.sealed and version.layout.chunks.is_file()):
+        return None
+    return set(pd.read_parquet(version.layout.chunks, columns=["chunk_id"])["chunk_id"])
+
+
 def backend_chunk_ids(version: IndexVersion) -> dict[str, set[str]]:
     """The chunk ids each embedded backend of ``version`` holds."""
     layout = version.layout

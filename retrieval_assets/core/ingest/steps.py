@@ -90,10 +90,6 @@ class CleanedCatalogs:
     superseded: int = 0
     tombstones: int = 0
 
-    @property
-    def rows_in(self) -> int:
-        return self.stats.rows_in
-
 
 def clean_catalog(raw: pd.DataFrame, source: CatalogSource, memo: ParsedRows | None = None) -> CleaningResult:
     """One source's documents; for the inbox, the documents its entries leave (upserts applied,

@@ -25,6 +25,7 @@ from dagster import (
 
 from retrieval_assets.core.index.build import (
     backend_chunk_ids,
+    sealed_chunk_ids,
     backend_differences,
     build_faiss_index,
     build_lexical_index,
@@ -107,11 +108,6 @@ def _index_result(
         return _checked(store.backend, store.count(), store.chunk_ids(), chunks, seconds, dimensions, **metadata)
     finally:
         store.close()
-
-
-def _sealed_chunk_ids(layout: IndexLayout) -> set[str]:
-    """The chunk ids a sealed version holds, from the table written when its backends were checked."""
-    return set(pd.read_parquet(layout.chunks, columns=["chunk_id"])["chunk_id"])
 
 
 def _checked(
@@ -335,17 +331,18 @@ def qdrant_edge_index(
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
-    layout = candidate_layout(storage, index_candidate)
-    path = layout.qdrant
+    version = storage.versions().version(index_candidate.version)
+    path = version.layout.qdrant
     described = {"path": str(path), "dense_model": models.dense_model, "sparse_model": models.sparse_model}
-    if index_candidate.reused and layout.chunks.is_file():
-        # A qdrant-edge shard opens in one process at a time, and the version reused may be the
-        # one being served; it was checked when sealed, so its build manifest and chunk table stand in.
+    sealed = sealed_chunk_ids(version) if index_candidate.reused else None
+    if sealed is not None:
+        # The reused version may be the one being served, whose shard this process cannot open;
+        # it was checked when sealed, so its build manifest and chunk table stand in.
         manifest = read_build_manifest(path)
         return _checked(
             QdrantEdgeStore.backend,
             manifest["count"],
-            _sealed_chunk_ids(layout),
+            sealed,
             chunks,
             0.0,
             (manifest["dim"], models.dense_encoder().dim),
@@ -488,13 +485,9 @@ def index_version(
     versions = storage.versions()
     version = versions.version(index_candidate.version)
     servers = storage.servers()
-    # A reused version was checked when it was sealed, and its qdrant-edge shard may be open in a
-    # serving process: its chunk table stands in for the embedded backends.
-    embedded = (
-        {"sealed_version": _sealed_chunk_ids(version.layout)}
-        if version.sealed and version.layout.chunks.is_file()
-        else backend_chunk_ids(version)
-    )
+    # A reused version was checked when it was sealed: its chunk table stands in for the embedded backends.
+    sealed = sealed_chunk_ids(version)
+    embedded = {"sealed_version": sealed} if sealed is not None else backend_chunk_ids(version)
     held = {**embedded, **(servers.chunk_ids(version.id) if servers else {})}
     differences = backend_differences(held, set(chunks["chunk_id"]))
     disagreeing = disagreeing_backends(differences)
