@@ -12,17 +12,23 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache, content_hash, encode_with_cache
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback
-from retrieval_assets.core.settings import VocabularySettings
+from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache, content_hash, encode_with_cache
 from retrieval_assets.core.embed.vectors import dense_values
+from retrieval_assets.core.settings import VocabularySettings
 from retrieval_assets.core.stores.base import Payload
 
-VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "embedding"]
+# ``tenants``: the sorted ids of the tenants whose documents hold the term; a search scoped to
+# some tenants expands only with their terms.
+VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "tenants", "embedding"]
 # Where a term was seen, in the order a vocabulary row lists them.
 SOURCES = ("description", "keyword", "name")
-# Every term seen, with the number of documents holding it, in all and per source.
-TERM_COUNT_COLUMNS = ["term", "doc_freq", *SOURCES]
+# Every term seen, with the number of documents holding it, in all and per source, and per tenant:
+# ``tenants`` (sorted) with ``tenant_doc_freq`` (their counts, aligned), so that a delta build can
+# remove a document from its tenant's count exactly.
+TENANT_COUNT_COLUMNS = ["tenants", "tenant_doc_freq"]
+TERM_COUNT_COLUMNS = ["term", "doc_freq", *SOURCES, *TENANT_COUNT_COLUMNS]
+_COUNTED = ["doc_freq", *SOURCES]
 
 _WORD = re.compile(r"[a-z][a-z0-9]*(?:[-'][a-z0-9]+)*")
 # Function words carry no expansion signal; a short fixed list keeps the vocabulary model-free.
@@ -43,9 +49,11 @@ def words(text: str) -> list[str]:
 
 
 class TermText(NamedTuple):
-    """What terms are read from, per chunk: its title, text and ``keywords`` metadata."""
+    """What terms are read from, per chunk: its title, text and ``keywords`` metadata, and the
+    tenant whose document it is."""
 
     doc_id: str
+    tenant_id: str
     title: str
     text: str
     keywords: object
@@ -53,57 +61,84 @@ class TermText(NamedTuple):
 
 def chunk_texts(chunks: pd.DataFrame) -> Iterator[TermText]:
     """The term texts of a chunk table (``io.tables.CHUNK_COLUMNS``)."""
-    for doc_id, title, text, metadata in chunks[["doc_id", "title", "text", "metadata"]].itertuples(index=False):
-        yield TermText(doc_id, title, text, json.loads(metadata).get("keywords", []))
+    columns = ["doc_id", "tenant_id", "title", "text", "metadata"]
+    for doc_id, tenant_id, title, text, metadata in chunks[columns].itertuples(index=False):
+        yield TermText(doc_id, tenant_id, title, text, json.loads(metadata).get("keywords", []))
 
 
 def payload_texts(payloads: Iterable[Payload]) -> Iterator[TermText]:
     """The term texts of store payloads (a version's stored chunks)."""
     for payload in payloads:
-        yield TermText(payload["doc_id"], payload["title"], payload["text"], payload.get("keywords", []))
+        yield TermText(
+            payload["doc_id"], payload["tenant_id"], payload["title"], payload["text"], payload.get("keywords", [])
+        )
 
 
 def _keywords(value: object) -> list[str]:
     return [phrase for keyword in (value if isinstance(value, list) else [value]) if (phrase := " ".join(str(keyword).lower().split()))]
 
 
-def _document_terms(texts: Iterable[TermText]) -> Iterator[dict[str, set[str]]]:
-    """Per document, the terms each source gave it (title: "name", text: "description", keywords).
+class _Tallies(NamedTuple):
+    """Documents per term, in all and per source (``_COUNTED``), and per (term, tenant)."""
+
+    columns: dict[str, Counter[str]]
+    tenants: Counter[tuple[str, str]]
+
+
+def _document_terms(texts: Iterable[TermText]) -> Iterator[tuple[str, dict[str, set[str]]]]:
+    """Per document, its tenant and the terms each source gave it (title: "name", text:
+    "description", keywords).
 
     Documents are taken one at a time, so memory grows with the distinct terms, not with
     terms x documents (10 million set entries on the ACL Anthology)."""
-    for _, doc_texts in groupby(sorted(texts, key=attrgetter("doc_id")), key=attrgetter("doc_id")):
+    document = attrgetter("doc_id", "tenant_id")
+    for (_, tenant), doc_texts in groupby(sorted(texts, key=document), key=document):
         terms: dict[str, set[str]] = {source: set() for source in SOURCES}
         for chunk in doc_texts:
             terms["name"].update(words(chunk.title))
             terms["description"].update(words(chunk.text))
             terms["keyword"].update(_keywords(chunk.keywords))
-        yield terms
+        yield tenant, terms
 
 
-def _tally(counts: dict[str, Counter[str]], texts: Iterable[TermText], sign: int) -> None:
+def _tally(tallies: _Tallies, texts: Iterable[TermText], sign: int) -> None:
     """Add (``sign`` 1) or remove (-1) each document of ``texts`` to or from the counts."""
-    for terms in _document_terms(texts):
-        for column, seen in (("doc_freq", set().union(*terms.values())), *terms.items()):
+    for tenant, terms in _document_terms(texts):
+        held = set().union(*terms.values())
+        for counter, seen in (
+            (tallies.columns["doc_freq"], held),
+            *((tallies.columns[source], terms[source]) for source in SOURCES),
+            (tallies.tenants, {(term, tenant) for term in held}),
+        ):
             if sign > 0:
-                counts[column].update(seen)
+                counter.update(seen)
             else:
-                counts[column].subtract(seen)
+                counter.subtract(seen)
 
 
-def _counts_frame(counts: dict[str, Counter[str]]) -> pd.DataFrame:
-    terms = sorted(term for term, n in counts["doc_freq"].items() if n > 0)
+def _counts_frame(tallies: _Tallies) -> pd.DataFrame:
+    terms = sorted(term for term, n in tallies.columns["doc_freq"].items() if n > 0)
+    per_tenant: dict[str, dict[str, int]] = {term: {} for term in terms}
+    for (term, tenant), n in sorted(tallies.tenants.items()):
+        if n > 0:
+            per_tenant[term][tenant] = n
     return pd.DataFrame(
-        {"term": terms, **{column: [counts[column][t] for t in terms] for column in TERM_COUNT_COLUMNS[1:]}},
+        {
+            "term": terms,
+            **{column: [tallies.columns[column][t] for t in terms] for column in _COUNTED},
+            "tenants": [list(per_tenant[t]) for t in terms],
+            "tenant_doc_freq": [list(per_tenant[t].values()) for t in terms],
+        },
         columns=TERM_COUNT_COLUMNS,
-    ).astype({column: "int64" for column in TERM_COUNT_COLUMNS[1:]})
+    ).astype({column: "int64" for column in _COUNTED})
 
 
 def count_terms(texts: Iterable[TermText]) -> pd.DataFrame:
-    """Every term with the number of documents holding it, in all and per source (``TERM_COUNT_COLUMNS``)."""
-    counts: dict[str, Counter[str]] = {column: Counter() for column in TERM_COUNT_COLUMNS[1:]}
-    _tally(counts, texts, 1)
-    return _counts_frame(counts)
+    """Every term with the number of documents holding it, in all, per source and per tenant
+    (``TERM_COUNT_COLUMNS``)."""
+    tallies = _Tallies({column: Counter() for column in _COUNTED}, Counter())
+    _tally(tallies, texts, 1)
+    return _counts_frame(tallies)
 
 
 def update_term_counts(
@@ -112,7 +147,16 @@ def update_term_counts(
     """``counts`` without the ``removed`` documents' terms and with the ``added`` ones': equal to
     ``count_terms`` of the catalog after the change when ``removed`` holds every chunk of the
     changed documents as they were and ``added`` every chunk of them as they are."""
-    tallies = {column: Counter(dict(zip(counts["term"], counts[column].tolist()))) for column in TERM_COUNT_COLUMNS[1:]}
+    tallies = _Tallies(
+        {column: Counter(dict(zip(counts["term"], counts[column].tolist()))) for column in _COUNTED},
+        Counter(
+            {
+                (term, str(tenant)): int(n)
+                for term, tenants, held in zip(counts["term"], counts["tenants"], counts["tenant_doc_freq"])
+                for tenant, n in zip(tenants, held, strict=True)
+            }
+        ),
+    )
     _tally(tallies, removed, -1)
     _tally(tallies, added, 1)
     return _counts_frame(tallies)
@@ -120,7 +164,7 @@ def update_term_counts(
 
 def select_terms(counts: pd.DataFrame, settings: VocabularySettings) -> pd.DataFrame:
     """The vocabulary's terms: at least ``min_doc_freq`` documents, most frequent first, with
-    the sources they came from."""
+    the sources they came from and the tenants holding them."""
     frequent = counts[counts["doc_freq"] >= settings.min_doc_freq]
     rows = sorted(frequent.itertuples(index=False), key=lambda row: (-row.doc_freq, row.term))[: settings.max_terms]
     return pd.DataFrame(
@@ -128,6 +172,7 @@ def select_terms(counts: pd.DataFrame, settings: VocabularySettings) -> pd.DataF
             "term": [row.term for row in rows],
             "doc_freq": [row.doc_freq for row in rows],
             "sources": [[source for source in SOURCES if getattr(row, source) > 0] for row in rows],
+            "tenants": [[str(tenant) for tenant in row.tenants] for row in rows],
         }
     )
 

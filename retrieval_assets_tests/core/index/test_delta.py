@@ -116,10 +116,33 @@ def test_a_filter_field_of_another_type_is_a_full_build(base: IndexVersion) -> N
 
 
 def test_delta_term_counts_equal_a_recount(base: IndexVersion) -> None:
-    changed = _chunks({"d1": {"text": "Zebrafish neural crest imaging.", "metadata": {"keywords": ["Imaging"]}}}, drop=("d4",), add=2)
+    # d5 moves to another tenant unchanged: its terms' counts move with it.
+    changed = _chunks(
+        {
+            "d1": {"text": "Zebrafish neural crest imaging.", "metadata": {"keywords": ["Imaging"]}},
+            "d5": {"tenant_id": "beta"},
+        },
+        drop=("d4",),
+        add=2,
+    )
     plan = decide_build(changed, SETTINGS, base, 0.5).plan
-    assert plan is not None
-    pd.testing.assert_frame_equal(delta_term_counts(Delta(base, plan), changed), count_terms(chunk_texts(changed)))
+    assert plan is not None and "d5" in plan.documents
+    counts = delta_term_counts(Delta(base, plan), changed)
+    pd.testing.assert_frame_equal(counts, count_terms(chunk_texts(changed)))
+    by_term = counts.set_index("term")
+    assert (list(by_term.at["variants", "tenants"]), list(by_term.at["variants", "tenant_doc_freq"])) == (
+        ["beta", "default"],
+        [1, 9],
+    )
+    assert list(by_term.at["zebrafish", "tenants"]) == ["default"]
+
+
+def test_a_base_whose_term_counts_predate_tenants_is_a_full_build(base: IndexVersion) -> None:
+    old_counts = pd.read_parquet(base.layout.vocabulary_counts).drop(columns=["tenants", "tenant_doc_freq"])
+    old_counts.to_parquet(base.layout.vocabulary_counts)
+    decision = decide_build(_chunks({"d1": {"text": "A new description."}}), SETTINGS, base, 0.5)
+    assert decision.plan is None
+    assert decision.reason == f"the promoted version {base.id} predates per-tenant term counts"
 
 
 def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
