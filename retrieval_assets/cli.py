@@ -14,6 +14,8 @@ from pathlib import Path
 
 from retrieval_assets.core.models import FusionMethod, RetrievalResult, SearchRequest, Strategy
 
+CLIENT_KEY_ENV = "RETRIEVAL_ASSETS_API_KEY"  # the token loadtest and bench-document-flow send
+
 
 def _tqdm_progress(label: str):
     from tqdm import tqdm
@@ -220,11 +222,11 @@ def cmd_bench_latency(args: argparse.Namespace) -> int:
     """Query P50/P95 per backend over one built version; the last stdout line is the JSON figures."""
     import gc
 
-    from retrieval_assets.core.evaluation.benchmark import latency_by_configuration, peak_rss_mb
     from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+    from retrieval_assets.core.evaluation.benchmark import latency_by_configuration, peak_rss_mb
+    from retrieval_assets.core.index.versions import IndexVersions
     from retrieval_assets.core.retrieval.searcher import open_retriever
     from retrieval_assets.core.settings import PipelineSettings
-    from retrieval_assets.core.index.versions import IndexVersions
     from retrieval_assets.serving.loadtest import load_queries
 
     versions = IndexVersions(args.index_root)
@@ -263,14 +265,67 @@ def cmd_serve(args: argparse.Namespace) -> int:
     requests share the retriever's threads."""
     import uvicorn
 
+    from retrieval_assets.serving.auth import ApiKeys, is_loopback
+
+    keys, source = ApiKeys.from_environment()
+    if keys is None and not is_loopback(args.host):
+        print(
+            f"retrieval-assets serve: refusing to bind {args.host} without API keys ({source}): every caller "
+            "would read and write every tenant. Bind 127.0.0.1, or configure keys (retrieval-assets api-key create).",
+            file=sys.stderr,
+        )
+        return 2
+    if keys is None:
+        print(f"serve: no API keys ({source}): serving {args.host} only, every local caller is trusted", file=sys.stderr)
+    else:
+        print(f"serve: {len(keys)} API keys from {source}; every route but /health needs one", file=sys.stderr)
+
     from retrieval_assets.definitions import configured_search, defs
     from retrieval_assets.serving import create_app
 
     catalog = defs.resources["catalog"]
     with configured_search() as search:
-        app = create_app(search.searcher, catalog_format=catalog.format, default_tenant=catalog.tenant_id)
+        app = create_app(search.searcher, catalog_format=catalog.format, default_tenant=catalog.tenant_id, keys=keys)
         uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
     return 0
+
+
+def cmd_api_key_create(args: argparse.Namespace) -> int:
+    """A new key: its token is printed once; the server keeps only the record (its digest)."""
+    from retrieval_assets.serving.auth import new_key, read_keys, write_keys
+
+    token, key = new_key(args.id, args.tenant, args.scope, args.requests_per_minute)
+    if args.keys_file:
+        path = Path(args.keys_file)
+        existing = read_keys(path)
+        if any(other.id == key.id for other in existing):
+            raise ValueError(f"{path} already has a key {key.id!r}: revoke it first")
+        write_keys(path, [*existing, key])
+        print(f"added key {key.id!r} to {path} (restart serve to apply)", file=sys.stderr)
+    print("the token (first line) is shown this once; the server keeps only the record (second line)", file=sys.stderr)
+    print(token)
+    print(json.dumps(key.model_dump()))
+    return 0
+
+
+def cmd_api_key_revoke(args: argparse.Namespace) -> int:
+    from retrieval_assets.serving.auth import read_keys, write_keys
+
+    path = Path(args.keys_file)
+    keys = read_keys(path)
+    kept = [key for key in keys if key.id != args.id]
+    if len(kept) == len(keys):
+        raise ValueError(f"{path} has no key {args.id!r}")
+    write_keys(path, kept)
+    print(f"revoked key {args.id!r} in {path} (restart serve to apply)", file=sys.stderr)
+    return 0
+
+
+def _client_headers() -> dict[str, str]:
+    """The API key a client command sends: ``RETRIEVAL_ASSETS_API_KEY`` (not an argument, so that
+    it stays out of shell history and the process list)."""
+    token = os.environ.get(CLIENT_KEY_ENV, "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def cmd_loadtest(args: argparse.Namespace) -> int:
@@ -287,6 +342,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
             max_seconds=args.max_seconds,
             top_k=args.top_k,
             progress=_tqdm_progress,
+            headers=_client_headers(),
         )
     except (OSError, ValueError) as exc:  # an unreadable query file, a bad level list
         print(f"loadtest: {exc}", file=sys.stderr)
@@ -301,7 +357,7 @@ def cmd_bench_document_flow(args: argparse.Namespace) -> int:
     from retrieval_assets.serving.document_flow import measure_document_flow
 
     try:
-        figures = measure_document_flow(args.url, args.tenant, args.timeout)
+        figures = measure_document_flow(args.url, args.tenant, args.timeout, headers=_client_headers())
     except (httpx.HTTPError, RuntimeError) as exc:
         print(f"bench-document-flow: {exc}", file=sys.stderr)
         return 2
@@ -373,6 +429,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True, help="log every request")
     serve.set_defaults(func=cmd_serve)
+
+    api_key = sub.add_parser("api-key", help="make or revoke API keys for `serve` (see the README's security model)")
+    api_key_actions = api_key.add_subparsers(dest="action", required=True)
+    create = api_key_actions.add_parser("create", help="print a new token once, and the record the server keeps")
+    create.add_argument("--id", required=True, help="the key's name: letters, digits, - and _ (shown in logs and inbox entries)")
+    create.add_argument("--tenant", action="append", required=True, help="a tenant the key may read and write (repeatable)")
+    create.add_argument(
+        "--scope", action="append", required=True, choices=["search", "documents:write", "admin"], help="repeatable"
+    )
+    create.add_argument("--requests-per-minute", type=int, default=1_200)
+    create.add_argument("--keys-file", help="add the record to this keys file (RETRIEVAL_ASSETS_API_KEYS_FILE)")
+    create.set_defaults(func=cmd_api_key_create)
+    revoke = api_key_actions.add_parser("revoke", help="remove a key from a keys file")
+    revoke.add_argument("--id", required=True)
+    revoke.add_argument("--keys-file", required=True)
+    revoke.set_defaults(func=cmd_api_key_revoke)
 
     loadtest = sub.add_parser("loadtest", help="load-test a running API's POST /search at several concurrency levels")
     loadtest.add_argument("--url", default="http://127.0.0.1:8000", help="base URL of `retrieval-assets serve`")

@@ -127,6 +127,9 @@ class SearchRequest(BaseModel):
     top_k: int = Field(10, ge=1)
     filters: dict[str, Any] | None = None
     tenant_id: str | None = None
+    # The tenants the caller may see (an API key's grant): results come only from these, and
+    # from ``tenant_id`` when both are given. None: no grant applies.
+    tenants: list[str] | None = None
     strategies: list[Strategy] | None = None
     fusion: FusionMethod | None = None
     rerank: bool | None = None

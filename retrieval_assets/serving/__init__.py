@@ -1,4 +1,4 @@
-"""Serving: the HTTP API over the query resource (``http_api``), and a load test for it (``loadtest``).
+"""Serving: the HTTP API over the query resource (``http_api``), its API keys (``auth``), and a load test for it (``loadtest``).
 
 Nothing here imports the Dagster layer: ``retrieval-assets serve`` (cli.py) hands ``create_app``
 the configured search resource's ``Searcher``.

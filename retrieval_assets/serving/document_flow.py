@@ -32,6 +32,7 @@ def measure_document_flow(
     tenant: str | None = None,
     timeout_seconds: float = 300.0,
     record: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """POST one document, then poll ``GET /documents/{id}`` and ``POST /search`` until the search
     returns it; every figure is wall time from just before the POST."""
@@ -42,7 +43,7 @@ def measure_document_flow(
     params = {"tenant": tenant} if tenant else {}
     figures: dict[str, Any] = {"url": url, "doc_id": doc_id, "tenant": tenant}
     statuses: list[tuple[float, str]] = []
-    with httpx.Client(base_url=url, timeout=30.0) as client:
+    with httpx.Client(base_url=url, timeout=30.0, headers=headers) as client:
         started = time.perf_counter()
         posted = client.post("/documents", json=record, params=params)
         figures["accepted_ms"] = round((time.perf_counter() - started) * 1000, 1)

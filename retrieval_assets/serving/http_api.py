@@ -41,10 +41,11 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import (
     AliasChoices,
@@ -62,9 +63,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
+from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
 from retrieval_assets.core.ingest.cleaning import DEFAULT_MAX_TEXT_CHARS, clean_rows
 from retrieval_assets.core.ingest.inbox import (
@@ -76,12 +81,19 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOutcome,
     document_status,
 )
-from retrieval_assets.core.index.layout import IndexLayout
-from retrieval_assets.core.models import FusionMethod, QuarantineRecord, RetrievalResult, SearchRequest, StoreHit, Strategy
+from retrieval_assets.core.models import (
+    FusionMethod,
+    QuarantineRecord,
+    RetrievalResult,
+    SearchRequest,
+    StoreHit,
+    Strategy,
+)
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.searcher import Searcher
 from retrieval_assets.core.stores.base import FieldType, coerce_filter_values
 from retrieval_assets.core.stores.filters import FilterError, parse_filters
+from retrieval_assets.serving.auth import ApiKey, ApiKeys, AuthError, RateLimiter, Scope
 from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
 
 logger = logging.getLogger(__name__)
@@ -252,7 +264,8 @@ DocumentTenantParam = Annotated[
     Query(
         min_length=1,
         max_length=MAX_TENANT_CHARS,
-        description="the document's tenant; POST and DELETE default to the server's default tenant, GET looks in every tenant",
+        description="the document's tenant, one the API key is granted. POST and DELETE default to the key's only "
+        "tenant, else to the server's default tenant; GET looks in every tenant the key may see",
     ),
 ]
 
@@ -378,6 +391,7 @@ def create_app(
     home: Path | None = None,
     catalog_format: CatalogFormat = "beir",
     default_tenant: str = "default",
+    keys: ApiKeys | None = None,
     warm_up: bool = True,
 ) -> FastAPI:
     """The API over a ``Searcher`` or a factory of ``HybridRetriever`` (then ``layout`` is required).
@@ -387,6 +401,10 @@ def create_app(
     ``default_tenant`` are how posted documents are cleaned, as the catalog is. Document statuses
     follow the ``Searcher``'s promoted version; over a factory, which has no versions, an entry
     taken in counts as applied when the index does (or, for a delete, does not) hold the document.
+
+    ``keys``: every route but ``/health`` then needs one (``Authorization: Bearer``); a key's
+    tenants bound what it reads and writes, its scopes which routes it may call, its rate how
+    often. Without keys every caller is trusted, so ``retrieval-assets serve`` binds loopback only.
     """
     if isinstance(search, Searcher):
         service = SearchService.for_searcher(search)
@@ -399,6 +417,7 @@ def create_app(
         home = home or layout.root.parent
         versions = None
     inbox = DocumentInbox.under(home)
+    caller = _authorizer(keys is not None)
 
     def status_of(entry: InboxEntry, served: bool) -> DocumentStatus:
         if versions is not None:
@@ -429,10 +448,12 @@ def create_app(
     )
     app.state.service = service
     app.state.inbox = inbox
+    if keys is not None:
+        app.add_middleware(_KeyRequired, keys=keys)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = _contract(FastAPI.openapi(app))
+            app.openapi_schema = _contract(FastAPI.openapi(app), secured=keys is not None)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -454,14 +475,16 @@ def create_app(
             raise HTTPException(503, f"indexes not available: {exc}") from None
 
     @app.post("/search", response_model=RetrievalResult, tags=["search"], responses=_SEARCH_ERRORS)
-    def post_search(body: SearchBody) -> RetrievalResult:
+    def post_search(body: SearchBody, key: Annotated[ApiKey | None, Depends(caller("search"))]) -> RetrievalResult:
         """Hybrid search; the result carries each hit's per-strategy scores and ranks."""
-        return _search(body.to_request(_plain_filters(body.filters), body.context_metadata))
+        return _search(_granted(body.to_request(_plain_filters(body.filters), body.context_metadata), key))
 
-    def stream_result(params: Annotated[StreamParams, Query()]) -> RetrievalResult:
+    def stream_result(
+        key: Annotated[ApiKey | None, Depends(caller("search"))], params: Annotated[StreamParams, Query()]
+    ) -> RetrievalResult:
         filters = _parse_param(_FILTERS, params.filters, "filters")
         context_metadata = _parse_param(_CONTEXT_METADATA, params.context_metadata, "context_metadata") or {}
-        return _search(params.to_request(_plain_filters(filters), context_metadata))
+        return _search(_granted(params.to_request(_plain_filters(filters), context_metadata), key))
 
     # Its error answers are JSON, not events: _contract documents them so.
     @app.get("/search/stream", response_class=EventSourceResponse, tags=["search"], responses=_SEARCH_ERRORS)
@@ -499,11 +522,15 @@ def create_app(
             }
         },
     )
-    async def post_documents(request: Request, tenant: DocumentTenantParam = None) -> DocumentsAccepted:
+    async def post_documents(
+        request: Request,
+        key: Annotated[ApiKey | None, Depends(caller("documents:write"))],
+        tenant: DocumentTenantParam = None,
+    ) -> DocumentsAccepted:
         """Clean each record as the catalog is cleaned and queue them all for the next build, or none
         if any would be quarantined; one receipt per record, in order."""
+        tenant_id = key.write_tenant(tenant, default_tenant) if key else tenant or default_tenant
         rows, batch = _document_rows(await request.body())
-        tenant_id = tenant or default_tenant
         # Each record alone: a later record for the same id supersedes an earlier one, as a later post does.
         cleaned = await run_in_threadpool(lambda: [clean_rows([row], catalog_format, tenant_id) for row in rows])
         rejected = [record for result in cleaned for record in result.quarantine]
@@ -513,12 +540,24 @@ def create_app(
         _check_records(_RECORD_MODELS[catalog_format], records, batch)
         entries = [
             InboxEntry.new(
-                InboxOperation.UPSERT, result.documents[0].doc_id, tenant_id, format=catalog_format, record=record
+                InboxOperation.UPSERT,
+                result.documents[0].doc_id,
+                tenant_id,
+                format=catalog_format,
+                record=record,
+                sender=key.id if key else None,
             )
             for result, record in zip(cleaned, records, strict=True)
         ]
         await run_in_threadpool(inbox.append, entries)
         return DocumentsAccepted(receipts=[DocumentReceipt.model_validate(entry.model_dump()) for entry in entries])
+
+    @app.exception_handler(AuthError)
+    async def unauthorized(_: Request, exc: AuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
+        return _error(exc.status, exc.detail, HTTPStatus(exc.status).phrase, headers=headers)
 
     @app.exception_handler(_Quarantined)
     async def quarantined(_: Request, exc: _Quarantined) -> JSONResponse:
@@ -531,10 +570,14 @@ def create_app(
         tags=["documents"],
         responses={404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}},
     )
-    def delete_document(doc_id: str, tenant: DocumentTenantParam = None) -> DocumentsAccepted:
+    def delete_document(
+        doc_id: str,
+        key: Annotated[ApiKey | None, Depends(caller("documents:write"))],
+        tenant: DocumentTenantParam = None,
+    ) -> DocumentsAccepted:
         """Queue the document's removal for the next build. It must be served, or live in the inbox
         (its latest entry an upsert, pending or indexed)."""
-        tenant_id = tenant or default_tenant
+        tenant_id = key.write_tenant(tenant, default_tenant) if key else tenant or default_tenant
         latest = inbox.latest(doc_id, tenant_id)
         live = (
             latest is not None
@@ -543,7 +586,7 @@ def create_app(
         )
         if not live and service.fetch_document(doc_id, tenant_id) is None:
             raise _no_document(doc_id, tenant_id)
-        entry = InboxEntry.new(InboxOperation.DELETE, doc_id, tenant_id)
+        entry = InboxEntry.new(InboxOperation.DELETE, doc_id, tenant_id, sender=key.id if key else None)
         inbox.append([entry])
         return DocumentsAccepted(
             receipts=[DocumentReceipt.model_validate(entry.model_dump())],
@@ -556,12 +599,17 @@ def create_app(
         tags=["documents"],
         responses={404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}},
     )
-    def get_document(doc_id: str, tenant: DocumentTenantParam = None) -> DocumentView:
+    def get_document(
+        doc_id: str, key: Annotated[ApiKey | None, Depends(caller("search"))], tenant: DocumentTenantParam = None
+    ) -> DocumentView:
         """The status of the document's latest inbox entry (pending; indexed or deleted in the
         promoted version; rejected with the quarantine reason), else ``indexed`` when only the
         served index holds it; with the served index's copy when it has one."""
-        entry = inbox.latest(doc_id, tenant)
-        hit = service.fetch_document(doc_id, entry.tenant_id if entry else tenant)
+        if key is not None and tenant is not None:
+            key.check_tenant(tenant)
+        tenants = [tenant] if tenant is not None else key.tenants if key is not None else None
+        entry = inbox.latest(doc_id, tenants)
+        hit = service.fetch_document(doc_id, entry.tenant_id if entry else tenants)
         served = _served_copy(hit) if hit else {}
         if entry is not None:
             status = status_of(entry, served=hit is not None)
@@ -636,6 +684,72 @@ _SEARCH_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+_BEARER = HTTPBearer(auto_error=False, scheme_name="apiKey", description="an API key (`retrieval-assets api-key create`)")
+
+
+# What a caller without a key may read: readiness and the contract.
+OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+class _KeyRequired:
+    """ASGI middleware: a request without a known key is answered 401 before anything reads it,
+    so that such a caller gets no other answer (no 422 about its body, no 404, no 405). The key
+    goes to ``request.state.api_key`` for the routes' scope and rate checks."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+        try:
+            key = self.keys.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+        except AuthError as exc:
+            await _error(exc.status, exc.detail, "Unauthorized", headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            return
+        scope.setdefault("state", {})["api_key"] = key
+        await self.app(scope, receive, send)
+
+
+def _authorizer(secured: bool) -> Callable[[Scope], Callable[..., ApiKey | None]]:
+    """The dependency a route takes, per scope, to learn its caller's key (authenticated by
+    ``_KeyRequired``) after checking the key's scope and rate; without keys, every caller is
+    trusted (None)."""
+    if not secured:
+
+        def trusted() -> None:
+            return None
+
+        return lambda _scope: trusted
+    limiter = RateLimiter()
+
+    def caller(scope: Scope) -> Callable[..., ApiKey]:
+        # The bearer scheme is declared here, for the OpenAPI document; the middleware checked it.
+        def authorized(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]) -> ApiKey:
+            key: ApiKey = request.state.api_key
+            if not key.allows(scope):
+                raise AuthError(403, f"key {key.id!r} lacks the {scope!r} scope")
+            limiter.spend(key)
+            return key
+
+        return authorized
+
+    return caller
+
+
+def _granted(request: SearchRequest, key: ApiKey | None) -> SearchRequest:
+    """The request within the key's tenants: naming another tenant is a 403, naming none searches
+    all of the key's tenants (never every tenant)."""
+    if key is None:
+        return request
+    if request.tenant_id is not None:
+        key.check_tenant(request.tenant_id)
+    return request.model_copy(update={"tenants": key.tenants})
+
+
 def _error(status: int, detail: str, error: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     body = ErrorBody(detail=detail, error=error, **extra).model_dump(exclude_none=True)
     return JSONResponse(body, status, headers=headers)
@@ -696,12 +810,14 @@ def _parse_param(adapter: TypeAdapter[Any], text: str | None, name: str) -> Any:
         ) from None
 
 
-def _contract(openapi: dict[str, Any]) -> dict[str, Any]:
+def _contract(openapi: dict[str, Any], secured: bool) -> dict[str, Any]:
     """The generated document, completed with what the server does beyond the routes' signatures."""
     json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
     for operations in openapi["paths"].values():
         for operation in operations.values():
             responses = operation["responses"]
+            if secured and "security" in operation:
+                responses.update(_auth_responses(json_error))
             if "requestBody" in operation:
                 responses["413"] = {
                     "description": "request body too large (the body-limit middleware: plain text, JSON for a chunked body)",
@@ -723,6 +839,23 @@ def _contract(openapi: dict[str, Any]) -> dict[str, Any]:
         if status != "200":
             response["content"] = json_error
     return openapi
+
+
+def _auth_responses(json_error: dict[str, Any]) -> dict[str, Any]:
+    header = {"schema": {"type": "string"}}
+    return {
+        "401": {
+            "description": "no API key, or one the server does not know",
+            "headers": {"WWW-Authenticate": header},
+            "content": json_error,
+        },
+        "403": {"description": "the key lacks the route's scope, or names a tenant it is not granted", "content": json_error},
+        "429": {
+            "description": "the key is over its requests per minute; `Retry-After` says in how many seconds to retry",
+            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+            "content": json_error,
+        },
+    }
 
 
 def _json_object(text: str | None, name: str) -> dict[str, Any] | None:

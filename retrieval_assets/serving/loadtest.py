@@ -74,6 +74,7 @@ def run_level(
     top_k: int = 10,
     timeout_s: float = 30.0,
     progress: ProgressCallback | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Send ``requests`` searches from ``concurrency`` threads; throughput, latency percentiles, errors."""
     endpoint = url.rstrip("/") + "/search"
@@ -83,7 +84,7 @@ def run_level(
     errors: list[str] = []
     unsent = requests
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    with httpx.Client(timeout=timeout_s, limits=limits) as client:
+    with httpx.Client(timeout=timeout_s, limits=limits, headers=headers) as client:
 
         def send(body: dict[str, Any]) -> tuple[float, str | None]:
             started = time.perf_counter()
@@ -148,8 +149,10 @@ def run_load_test(
     max_seconds: float = 60.0,
     top_k: int = 10,
     progress: Callable[[str], ProgressCallback] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Every level in turn; ``progress(label)`` gives each level its progress callback."""
+    """Every level in turn; ``progress(label)`` gives each level its progress callback; ``headers``
+    go with every request (an API key)."""
     if requests < 1 or not concurrency_levels or min(concurrency_levels) < 1:
         raise ValueError("requests and every concurrency level must be at least 1")
     levels = []
@@ -157,7 +160,14 @@ def run_load_test(
         callback = progress(f"concurrency {concurrency}") if progress else None
         levels.append(
             run_level(
-                url, concurrency, requests, queries, max_seconds=max_seconds, top_k=top_k, progress=callback
+                url,
+                concurrency,
+                requests,
+                queries,
+                max_seconds=max_seconds,
+                top_k=top_k,
+                progress=callback,
+                headers=headers,
             )
         )
     baseline = levels[0]["p95_ms"]
@@ -168,6 +178,7 @@ def run_load_test(
         "requests_per_level": requests,
         "max_seconds_per_level": max_seconds,
         "top_k": top_k,
+        "authenticated": bool(headers and "Authorization" in headers),
         "queries": len(queries),
         "warm_up_requests_per_level": min(WARM_UP_REQUESTS, requests),
         "levels": levels,

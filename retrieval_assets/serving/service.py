@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pydantic import BaseModel
@@ -113,12 +113,14 @@ class SearchService:
     def run(self, request: SearchRequest) -> RetrievalResult:
         return self.retriever().run(request)
 
-    def fetch_document(self, doc_id: str, tenant_id: str | None) -> StoreHit | None:
-        """The indexed document's first chunk, only when it belongs to ``tenant_id`` (if given)."""
+    def fetch_document(self, doc_id: str, tenant_id: str | Collection[str] | None) -> StoreHit | None:
+        """The indexed document's first chunk, only when it belongs to ``tenant_id`` (or to one of
+        several tenants; any tenant if None)."""
         lexical = self._lexical_store()
         if lexical is None:
             return None
-        filters = [MetadataFilter(field="tenant_id", any_of=[tenant_id])] if tenant_id is not None else []
+        tenants = [] if tenant_id is None else [tenant_id] if isinstance(tenant_id, str) else sorted(tenant_id)
+        filters = [MetadataFilter(field="tenant_id", any_of=tenants)] if tenant_id is not None else []
         found = lexical.fetch_documents([doc_id], filters)
         return found[0] if found else None
 

@@ -24,7 +24,7 @@ import fcntl
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -71,7 +71,7 @@ class InboxEntry(BaseModel):
     received_at: str  # ISO-8601 UTC, milliseconds
     format: CatalogFormat | None = None  # upsert only: the catalog format the record is in
     record: dict[str, Any] | None = None  # upsert only: the posted record, cleaned again by the build
-    sender: str | None = None  # who sent it (an API key id, later)
+    sender: str | None = None  # the id of the API key that sent it (None: no keys configured)
 
     @model_validator(mode="after")
     def _upsert_has_a_record(self) -> InboxEntry:
@@ -196,9 +196,13 @@ class DocumentInbox:
                 _fsync_directory(self.directory)
             return len(taken)
 
-    def latest(self, doc_id: str, tenant_id: str | None) -> InboxEntry | None:
-        """The newest entry, pending or archived, for ``doc_id`` of ``tenant_id`` (of any tenant if None)."""
-        matches = self._matching(_json_needle(doc_id), lambda e: e.doc_id == doc_id and tenant_id in (None, e.tenant_id))
+    def latest(self, doc_id: str, tenant_id: str | Collection[str] | None) -> InboxEntry | None:
+        """The newest entry, pending or archived, for ``doc_id`` of ``tenant_id`` (or of one of
+        several tenants; of any tenant if None)."""
+        tenants = None if tenant_id is None else {tenant_id} if isinstance(tenant_id, str) else set(tenant_id)
+        matches = self._matching(
+            _json_needle(doc_id), lambda e: e.doc_id == doc_id and (tenants is None or e.tenant_id in tenants)
+        )
         return matches[-1] if matches else None
 
     def receipt(self, receipt: str) -> InboxEntry | None:

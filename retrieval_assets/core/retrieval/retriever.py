@@ -52,6 +52,11 @@ from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStor
 
 logger = logging.getLogger(__name__)
 
+
+class TenantScopeError(ValueError):
+    """A request names a tenant its caller may not see (or is granted none)."""
+
+
 # (query, depth, filters, expansion terms, tag terms, notes for the diagnostics) -> hits, best first
 Searcher = Callable[[str, int, list[MetadataFilter], Mapping[str, float], Sequence[str], dict[str, Any]], list[StoreHit]]
 # A token that may be a document id: explicit "doc:"/"id:" or letters/punctuation mixed with digits.
@@ -88,6 +93,8 @@ class _Plan:
     strategies: list[Strategy]
     fusion: FusionMethod
     trace: _Trace
+    # The tenants whose documents (and terms) the request may see; None: every tenant.
+    tenants: frozenset[str] | None = None
     # Strategy results already computed for this request: retries re-run BM25 only.
     cache: dict[tuple[str, str], list[StoreHit]] = field(default_factory=dict)
     # The LLM's paraphrases do not change between retries: asked for once per request.
@@ -197,7 +204,8 @@ class HybridRetriever:
 
         with trace.stage("parse"):
             tags = parse_control_tags(request.query)
-            semantic, filters = self._structured_query(tags.query, request, trace)
+            tenants = _tenant_scope(request)
+            semantic, filters = self._structured_query(tags.query, request, tenants, trace)
             excluded = set(tags.exclude_ids)
             semantic = self._more_like_this(semantic, filters, excluded, trace)
             tag_terms = query_context_tokens(request.context_files, request.context_metadata, self._context_settings)
@@ -217,11 +225,12 @@ class HybridRetriever:
             strategies=wanted,
             fusion=request.fusion or self.settings.fusion.method,
             trace=trace,
+            tenants=tenants,
         )
         candidates = self._retrieve_with_retries(plan, request)
         if self.settings.graph.enabled and self._graph is not None and self._lexical is not None:
             with trace.stage("graph"):
-                candidates = self._expand_graph(candidates, plan, request.tenant_id)
+                candidates = self._expand_graph(candidates, plan)
         use_rerank = (self.settings.rerank.enabled if request.rerank is None else request.rerank) and not tags.no_rerank
         reranked = False
         if use_rerank and candidates:
@@ -245,11 +254,13 @@ class HybridRetriever:
 
     # -- query understanding --------------------------------------------------------------------
 
-    def _structured_query(self, query: str, request: SearchRequest, trace: _Trace) -> tuple[str, list[MetadataFilter]]:
+    def _structured_query(
+        self, query: str, request: SearchRequest, tenants: frozenset[str] | None, trace: _Trace
+    ) -> tuple[str, list[MetadataFilter]]:
         """The semantic query left after NL filter phrases, and every filter that applies."""
         filters = parse_filters(request.filters)
-        if request.tenant_id is not None:
-            filters.append(MetadataFilter(field="tenant_id", any_of=[request.tenant_id]))
+        if tenants is not None:
+            filters.append(MetadataFilter(field="tenant_id", any_of=sorted(tenants)))
         if not self.settings.natural_language_filters:
             return query, filters
         parsed = parse_nl_filters(query, self._nl_settings)
@@ -291,7 +302,7 @@ class HybridRetriever:
         attempts = []
         while True:
             with plan.trace.stage("expansion"):
-                terms = self._expansion_terms(plan.query, level)
+                terms = self._expansion_terms(plan.query, level, plan.tenants)
             candidates = self._first_stage(plan, terms, request)
             attempts.append({"level": level, "expansion_terms": terms, "results": len(candidates)})
             if (
@@ -305,8 +316,9 @@ class HybridRetriever:
         plan.trace.diagnostics["expansion"] = attempts
         return candidates
 
-    def _expansion_terms(self, query: str, level: int) -> dict[str, float]:
-        """Neighbour terms at an expansion level: 0 none, 1 as configured, each further level broader."""
+    def _expansion_terms(self, query: str, level: int, tenants: frozenset[str] | None) -> dict[str, float]:
+        """Neighbour terms at an expansion level: 0 none, 1 as configured, each further level broader;
+        only terms that documents of ``tenants`` hold, so that no other tenant's words show."""
         if level == 0 or self._vocabulary is None or self._dense_encoder is None:
             return {}
         expansion = self.settings.expansion
@@ -316,6 +328,7 @@ class HybridRetriever:
             threshold=max(expansion.threshold - (level - 1) * expansion.broaden_step, 0.0),
             max_terms=expansion.max_terms * level,
             weight=expansion.weight,
+            tenants=tenants,
         )
 
     def _first_stage(self, plan: _Plan, expansion_terms: dict[str, float], request: SearchRequest) -> list[_Candidate]:
@@ -355,7 +368,7 @@ class HybridRetriever:
             if terms:
                 variants.append(("prf", f"{query} {' '.join(terms)}", {}))
         if multi.vocabulary_expansion:
-            terms = self._expansion_terms(query, level=1)
+            terms = self._expansion_terms(query, 1, plan.tenants)
             if terms:
                 variants.append(("expansion", f"{query} {' '.join(terms)}", terms))
         if self._reformulator is not None:
@@ -432,8 +445,9 @@ class HybridRetriever:
 
     # -- graph and rerank -----------------------------------------------------------------------
 
-    def _expand_graph(self, candidates: list[_Candidate], plan: _Plan, tenant_id: str | None) -> list[_Candidate]:
-        """Add related tools from a bounded graph walk; they obey the same filters and exclusions."""
+    def _expand_graph(self, candidates: list[_Candidate], plan: _Plan) -> list[_Candidate]:
+        """Add related tools from a bounded graph walk; they obey the same filters and exclusions.
+        Seeds are in scope already, and a walk stays within its seed's tenant."""
         assert self._graph is not None and self._lexical is not None
         graph = self.settings.graph
         if not candidates:
@@ -444,7 +458,7 @@ class HybridRetriever:
         seeds = [(c.hit.payload["doc_id"], normalised[c.key]) for c in candidates[: graph.seeds]]
         present = {c.hit.payload["doc_id"] for c in candidates}
         found = self._graph.expand(
-            seeds, tenant_id=tenant_id, max_depth=graph.max_depth, max_nodes=graph.max_nodes, decay=graph.decay
+            seeds, tenant_id=_only(plan.tenants), max_depth=graph.max_depth, max_nodes=graph.max_nodes, decay=graph.decay
         )
         found = [g for g in found if g.doc_id not in present and g.doc_id not in plan.excluded]
         fetched = self._lexical.fetch_documents([g.doc_id for g in found], plan.filters)
@@ -522,6 +536,24 @@ class HybridRetriever:
             self._reformulator.close()
         for store in self._stores:
             store.close()
+
+
+def _tenant_scope(request: SearchRequest) -> frozenset[str] | None:
+    """The tenants a request may see: its tenant, within its grant (``tenants``); None when it
+    names neither. A tenant outside the grant is an error, not an empty result."""
+    if request.tenants is None:
+        return None if request.tenant_id is None else frozenset([request.tenant_id])
+    if not request.tenants:
+        raise TenantScopeError("the caller is granted no tenant")
+    if request.tenant_id is None:
+        return frozenset(request.tenants)
+    if request.tenant_id not in request.tenants:
+        raise TenantScopeError(f"tenant {request.tenant_id!r} is not among the caller's tenants")
+    return frozenset([request.tenant_id])
+
+
+def _only(tenants: frozenset[str] | None) -> str | None:
+    return next(iter(tenants)) if tenants is not None and len(tenants) == 1 else None
 
 
 def _mentioned_id(token: str) -> str | None:
