@@ -350,6 +350,30 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     return _emit_json(figures, args.json_out)
 
 
+def cmd_bench_auth(args: argparse.Namespace) -> int:
+    """POST /search P50 at concurrency 1 without and with an API key, over the promoted version;
+    the last stdout line is the JSON figures (exit 1 when the overhead misses its target)."""
+    from retrieval_assets.definitions import configured_search, defs
+    from retrieval_assets.serving import create_app
+    from retrieval_assets.serving.auth import ApiKeys, new_key
+    from retrieval_assets.serving.auth_bench import measure_auth_overhead
+    from retrieval_assets.serving.loadtest import load_queries
+
+    queries = load_queries(args.queries)
+    catalog = defs.resources["catalog"]
+    token, key = new_key("bench", [catalog.tenant_id], ["search"], requests_per_minute=10_000_000)
+    with configured_search() as search:
+        apps = [
+            create_app(search.searcher, catalog_format=catalog.format, default_tenant=catalog.tenant_id, keys=keys)
+            for keys in (None, ApiKeys([key]))
+        ]
+        figures = measure_auth_overhead(
+            *apps, token, queries, requests=args.requests, rounds=args.rounds, progress=_tqdm_progress("bench-auth")
+        )
+    _emit_json(figures, args.json_out)
+    return 0 if figures["target_met"] else 1
+
+
 def cmd_bench_document_flow(args: argparse.Namespace) -> int:
     """POST a document and time it until /search finds it; the last stdout line is the JSON figures."""
     import httpx
@@ -455,6 +479,15 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest.add_argument("--top-k", type=int, default=10)
     loadtest.add_argument("--json-out", help="also write the result JSON to this file")
     loadtest.set_defaults(func=cmd_loadtest)
+
+    auth = sub.add_parser(
+        "bench-auth", help="POST /search P50 at concurrency 1 without and with an API key (target: +1 ms at most)"
+    )
+    auth.add_argument("--requests", type=int, default=400, help="measured requests per arm")
+    auth.add_argument("--rounds", type=int, default=4, help="alternating rounds the requests are split into")
+    auth.add_argument("--queries", help="query texts: one per line, or JSONL with text (default: built-in sample)")
+    auth.add_argument("--json-out", help="also write the result JSON to this file")
+    auth.set_defaults(func=cmd_bench_auth)
 
     flow = sub.add_parser(
         "bench-document-flow", help="seconds from POST /documents to a /search hit, on a served API with the daemon"

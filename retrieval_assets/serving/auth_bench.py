@@ -1,0 +1,95 @@
+"""``retrieval-assets bench-auth``: what API keys add to ``POST /search`` latency.
+
+Two apps over one ``Searcher`` (the same promoted version, models and open indexes), one with
+keys and one without, each under uvicorn on loopback in this process. The load test's client
+drives them at concurrency 1 in alternating rounds, so that drift (caches, other load) falls on
+both alike; each arm's P50 is the median of its rounds' P50s.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from retrieval_assets.core.embed.base import ProgressCallback
+from retrieval_assets.serving.loadtest import run_level
+
+TARGET_OVERHEAD_MS = 1.0
+
+
+@contextmanager
+def serve_in_thread(app: FastAPI, start_timeout_s: float = 300.0) -> Iterator[str]:
+    """``app`` under uvicorn on a free loopback port (its lifespan runs); yields the base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server at {url} did not start")
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def measure_auth_overhead(
+    open_app: FastAPI,
+    keyed_app: FastAPI,
+    token: str,
+    queries: Sequence[str],
+    *,
+    requests: int = 400,
+    rounds: int = 4,
+    progress: ProgressCallback | None = None,
+) -> dict[str, Any]:
+    """P50 (and P95) of ``POST /search`` at concurrency 1 without and with a key, ``requests``
+    per arm in ``rounds`` alternating rounds."""
+    if requests < rounds or rounds < 1:
+        raise ValueError("need at least one round and one request per round")
+    per_round = requests // rounds
+    headers = {"Authorization": f"Bearer {token}"}
+    rounds_by_arm: dict[str, list[dict[str, Any]]] = {"without_key": [], "with_key": []}
+    with serve_in_thread(open_app) as open_url, serve_in_thread(keyed_app) as keyed_url:
+        # The keyed server refuses a request without the key: the comparison is of the real thing.
+        refused = httpx.post(f"{keyed_url}/search", json={"query": queries[0]}, timeout=30.0).status_code
+        if refused != 401:
+            raise RuntimeError(f"the keyed server answered {refused} without a key, not 401")
+        arms = {"without_key": (open_url, None), "with_key": (keyed_url, headers)}
+        done = 0
+        for index in range(rounds):
+            order = list(arms) if index % 2 == 0 else list(reversed(arms))
+            for arm in order:
+                url, arm_headers = arms[arm]
+                level = run_level(url, 1, per_round, queries, headers=arm_headers)
+                if level["errors"]:
+                    raise RuntimeError(f"{arm}: {level['errors']} errors, e.g. {level['error_examples']}")
+                rounds_by_arm[arm].append(level)
+                done += per_round
+                if progress is not None:
+                    progress(done, per_round * rounds * 2)
+    figures: dict[str, Any] = {"requests_per_arm": per_round * rounds, "rounds": rounds, "concurrency": 1}
+    for arm, levels in rounds_by_arm.items():
+        figures[f"p50_{arm}_ms"] = round(statistics.median(level["p50_ms"] for level in levels), 3)
+        figures[f"p95_{arm}_ms"] = round(statistics.median(level["p95_ms"] for level in levels), 3)
+        figures[f"rounds_{arm}"] = [{k: level[k] for k in ("p50_ms", "p95_ms", "throughput_rps")} for level in levels]
+    overhead = figures["p50_with_key_ms"] - figures["p50_without_key_ms"]
+    figures["p50_overhead_ms"] = round(overhead, 3)
+    figures["target_overhead_ms"] = TARGET_OVERHEAD_MS
+    figures["target_met"] = overhead <= TARGET_OVERHEAD_MS
+    return figures
