@@ -282,10 +282,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from retrieval_assets.definitions import configured_search, defs
     from retrieval_assets.serving import create_app
+    from retrieval_assets.serving.admission import AdmissionLimits
+    from retrieval_assets.serving.http_api import default_limits
 
+    defaults = default_limits()
+    limits = AdmissionLimits(args.search_concurrency or defaults.concurrency, args.queue_depth)
     catalog = defs.resources["catalog"]
     with configured_search() as search:
-        app = create_app(search.searcher, catalog_format=catalog.format, default_tenant=catalog.tenant_id, keys=keys)
+        app = create_app(
+            search.searcher, catalog_format=catalog.format, default_tenant=catalog.tenant_id, keys=keys, limits=limits
+        )
         uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
     return 0
 
@@ -452,6 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True, help="log every request")
+    serve.add_argument("--search-concurrency", type=int, help="searches run at once (default: two per core)")
+    serve.add_argument(
+        "--queue-depth", type=int, default=64, help="searches that may wait for a slot; past it, 503 with Retry-After"
+    )
     serve.set_defaults(func=cmd_serve)
 
     api_key = sub.add_parser("api-key", help="make or revoke API keys for `serve` (see the README's security model)")

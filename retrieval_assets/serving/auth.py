@@ -152,6 +152,13 @@ class ApiKeys:
             return cls.parse(Path(path).read_text(encoding="utf-8"), path), path
         return None, f"neither {KEYS_ENV} nor {KEYS_FILE_ENV} is set"
 
+    def find(self, token: str | None) -> ApiKey | None:
+        """The key of ``token``, or None."""
+        try:
+            return self.authenticate(token)
+        except AuthError:
+            return None
+
     def authenticate(self, token: str | None) -> ApiKey:
         """The key of ``token``; AuthError 401 for none, a malformed one or an unknown one (the same
         answer for each, so that a caller learns nothing about which ids exist)."""

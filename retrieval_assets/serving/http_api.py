@@ -34,7 +34,9 @@ cannot hold, a strategy it does not serve) is a 409. Errors are JSON, on the str
 import json
 import logging
 import math
+import os
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -44,7 +46,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import (
@@ -93,7 +95,9 @@ from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.searcher import Searcher
 from retrieval_assets.core.stores.base import FieldType, coerce_filter_values
 from retrieval_assets.core.stores.filters import FilterError, parse_filters
+from retrieval_assets.serving.admission import AdmissionLimits, SearchAdmission
 from retrieval_assets.serving.auth import ApiKey, ApiKeys, AuthError, RateLimiter, Scope
+from retrieval_assets.serving.metrics import RequestMetrics, ServingMetrics
 from retrieval_assets.serving.service import UNAVAILABLE_ERRORS, Health, SearchService
 
 logger = logging.getLogger(__name__)
@@ -109,6 +113,14 @@ NOT_ONLY_SPACE = r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u2
 MAX_SEARCH_BODY_BYTES = 64_000
 MAX_DOCUMENT_BYTES = 2_000_000
 MAX_DOCUMENT_BATCH = 1_000  # records in one POST /documents
+SEARCH_PATHS = frozenset({"/search", "/search/stream"})
+
+
+def default_limits() -> AdmissionLimits:
+    """Searches running at once: two per core, so that one waiting on an engine leaves the core to
+    another; waiting: enough for 64 closed-loop clients before anyone is turned away."""
+    cores = os.cpu_count() or 1
+    return AdmissionLimits(concurrency=2 * cores, queue_depth=64)
 
 TenantParam = Annotated[str | None, Query(min_length=1, max_length=MAX_TENANT_CHARS, description="only this tenant")]
 
@@ -392,6 +404,7 @@ def create_app(
     catalog_format: CatalogFormat = "beir",
     default_tenant: str = "default",
     keys: ApiKeys | None = None,
+    limits: AdmissionLimits | None = None,
     warm_up: bool = True,
 ) -> FastAPI:
     """The API over a ``Searcher`` or a factory of ``HybridRetriever`` (then ``layout`` is required).
@@ -405,6 +418,9 @@ def create_app(
     ``keys``: every route but ``/health`` then needs one (``Authorization: Bearer``); a key's
     tenants bound what it reads and writes, its scopes which routes it may call, its rate how
     often. Without keys every caller is trusted, so ``retrieval-assets serve`` binds loopback only.
+
+    ``limits``: how many searches run at once and how many may wait (``default_limits()``);
+    past that a search is a 503 with ``Retry-After``. ``GET /metrics`` (admin scope) reports it all.
     """
     if isinstance(search, Searcher):
         service = SearchService.for_searcher(search)
@@ -418,6 +434,7 @@ def create_app(
         versions = None
     inbox = DocumentInbox.under(home)
     caller = _authorizer(keys is not None)
+    metrics = ServingMetrics()
 
     def status_of(entry: InboxEntry, served: bool) -> DocumentStatus:
         if versions is not None:
@@ -448,8 +465,19 @@ def create_app(
     )
     app.state.service = service
     app.state.inbox = inbox
+    app.state.metrics = metrics
+    # Outermost last: metrics see every answer, a caller without a key never reaches the queue.
+    app.add_middleware(
+        SearchAdmission,
+        limits=limits or default_limits(),
+        paths=SEARCH_PATHS,
+        max_body_bytes=MAX_SEARCH_BODY_BYTES,
+        on_change=metrics.on_admission,
+        on_reject=metrics.rejected.inc,
+    )
     if keys is not None:
         app.add_middleware(_KeyRequired, keys=keys)
+    app.add_middleware(RequestMetrics, metrics=metrics)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -467,17 +495,26 @@ def create_app(
         try:
             served = service.retriever().available_strategies
             missing = [strategy for strategy in request.strategies or () if strategy not in served]
-            conflict = _conflict(request.filters, service.filter_fields())
+            visible = [request.tenant_id] if request.tenant_id is not None else request.tenants
+            conflict = _conflict(request.filters, service.filter_fields(visible))
             if missing or conflict:
                 raise HTTPException(409, conflict or f"strategies {missing} are not served (see GET /health: {served})")
-            return service.run(request)
+            result = service.run(request)
         except UNAVAILABLE_ERRORS as exc:
             raise HTTPException(503, f"indexes not available: {exc}") from None
+        metrics.observe_result(result)
+        return result
 
     @app.post("/search", response_model=RetrievalResult, tags=["search"], responses=_SEARCH_ERRORS)
-    def post_search(body: SearchBody, key: Annotated[ApiKey | None, Depends(caller("search"))]) -> RetrievalResult:
+    def post_search(body: SearchBody, key: Annotated[ApiKey | None, Depends(caller("search"))]) -> Response:
         """Hybrid search; the result carries each hit's per-strategy scores and ranks."""
-        return _search(_granted(body.to_request(_plain_filters(body.filters), body.context_metadata), key))
+        result = _search(_granted(body.to_request(_plain_filters(body.filters), body.context_metadata), key))
+        # Serialised here, once: the result is built from validated parts, and validating it
+        # again on the way out (FastAPI's response_model) cost more than the search's fusion.
+        started = time.perf_counter()
+        content = result.model_dump_json()
+        metrics.observe_serialisation(time.perf_counter() - started)
+        return Response(content, media_type="application/json")
 
     def stream_result(
         key: Annotated[ApiKey | None, Depends(caller("search"))], params: Annotated[StreamParams, Query()]
@@ -622,10 +659,28 @@ def create_app(
         promoted = versions.promoted() if versions is not None else None
         return DocumentView(status="indexed", version=promoted.id if promoted else None, **served)
 
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}},
+    )
+    def get_metrics(_: Annotated[ApiKey | None, Depends(caller("admin"))]) -> Response:
+        """Requests by route and status, latency, searches running and waiting, rejections, each search
+        stage's time, and retrieval signals (candidates per strategy, fused scores, rerank moves,
+        expansion terms and retries); process CPU and memory. Needs the admin scope."""
+        content, media_type = metrics.render()
+        return Response(content, media_type=media_type)
+
     @app.get("/health", response_model=Health, tags=["health"], responses={503: {"model": Health}})
-    def get_health() -> JSONResponse:
-        """Each backend's readiness and count, whether the vocabulary and graph are present, and the index version."""
+    def get_health(request: Request) -> JSONResponse:
+        """Each backend's readiness and count, whether the vocabulary and graph are present, the
+        index version and its filter fields. Open to all; with keys configured, the filter fields
+        are those of the caller's key's tenants (none without a key)."""
         health = service.health()
+        if keys is not None:
+            key = keys.find(_bearer_token(request.headers.get("authorization", "")))
+            health.filter_fields = (service.filter_fields(key.tenants) or {}) if key else {}
         return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)
 
     @app.exception_handler(StarletteHTTPException)  # FastAPI's, and Starlette's own (unknown route)
@@ -704,14 +759,18 @@ class _KeyRequired:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
         try:
-            key = self.keys.authenticate(token.strip() if scheme.lower() == "bearer" else None)
+            key = self.keys.authenticate(_bearer_token(Headers(scope=scope).get("authorization", "")))
         except AuthError as exc:
             await _error(exc.status, exc.detail, "Unauthorized", headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
             return
         scope.setdefault("state", {})["api_key"] = key
         await self.app(scope, receive, send)
+
+
+def _bearer_token(authorization: str) -> str | None:
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
 
 
 def _authorizer(secured: bool) -> Callable[[Scope], Callable[..., ApiKey | None]]:

@@ -4,7 +4,8 @@ Each level runs ``concurrency`` client threads sharing one keep-alive connection
 ``requests`` searches in all (query texts taken round-robin), stopping early after ``max_seconds``.
 A few unmeasured warm-up requests come first at every level. Latency is client-side wall time per
 request; an error is a transport failure or any status other than 200. Client and server share
-the machine on loopback, so the figures include the client's own CPU use.
+the machine on loopback, so the figures include the client's own CPU use, which each level
+reports per request beside the server's (from its ``GET /metrics``, when the key may read it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,26 @@ SAMPLE_QUERIES = (
     "sleep deprivation effects on memory",
 )
 WARM_UP_REQUESTS = 3
+# What the server's GET /metrics counts, reported per measured request: the process's CPU.
+SERVER_COUNTERS = {"cpu": "process_cpu_seconds_total"}
+
+
+def server_counters(client: httpx.Client, url: str) -> dict[str, float] | None:
+    """``SERVER_COUNTERS`` from the server's ``/metrics`` (None when it does not answer them: an
+    older server, or a key without the admin scope)."""
+    try:
+        response = client.get(url.rstrip("/") + "/metrics")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    values: dict[str, float] = {}
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        for counter, metric in SERVER_COUNTERS.items():
+            if name == metric:
+                values[counter] = values.get(counter, 0.0) + float(value)
+    return values if set(values) == set(SERVER_COUNTERS) else None
 
 
 def load_queries(path: str | Path | None) -> list[str]:
@@ -97,6 +118,8 @@ def run_level(
 
         for _ in range(min(WARM_UP_REQUESTS, requests)):
             send(next(bodies))
+        server_before = server_counters(client, url)
+        client_cpu_before = time.process_time()
         deadline = time.perf_counter() + max_seconds
 
         def worker() -> None:
@@ -120,11 +143,19 @@ def run_level(
             for future in [pool.submit(worker) for _ in range(concurrency)]:
                 future.result()
         seconds = time.perf_counter() - started
+        client_cpu = time.process_time() - client_cpu_before
+        server_after = server_counters(client, url)
     if progress is not None:
         progress(requests, requests)  # closes the bar when the time limit stopped the level early
 
     values = np.asarray(latencies_ms) if latencies_ms else np.zeros(1)
     completed = len(latencies_ms)
+    per_request = {
+        f"server_{name}_ms_per_request": round((server_after[name] - server_before[name]) * 1000 / completed, 3)
+        if server_before and server_after and completed
+        else None
+        for name in SERVER_COUNTERS
+    }
     return {
         "concurrency": concurrency,
         "requests": completed,
@@ -137,6 +168,8 @@ def run_level(
         "p95_ms": round(float(np.percentile(values, 95)), 2),
         "p99_ms": round(float(np.percentile(values, 99)), 2),
         "mean_ms": round(float(values.mean()), 2),
+        **per_request,
+        "client_cpu_ms_per_request": round(client_cpu * 1000 / completed, 3) if completed else None,
     }
 
 

@@ -14,7 +14,7 @@ from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit, Strategy
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError, Searcher
-from retrieval_assets.core.stores.base import KEYWORD_PAYLOAD_FIELDS, FieldType
+from retrieval_assets.core.stores.base import FieldType
 from retrieval_assets.core.stores.filters import MetadataFilter
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 
@@ -124,11 +124,11 @@ class SearchService:
         found = lexical.fetch_documents([doc_id], filters)
         return found[0] if found else None
 
-    def filter_fields(self) -> dict[str, FieldType] | None:
-        """The served version's filter fields and their types (the identifiers are keywords);
-        None while no lexical index is served."""
+    def filter_fields(self, tenants: Collection[str] | None = None) -> dict[str, FieldType] | None:
+        """The served version's filter fields and their types (the identifiers are keywords); with
+        ``tenants``, only those their documents have; None while no lexical index is served."""
         lexical = self._lexical_store()
-        return None if lexical is None else _filter_fields(lexical)
+        return None if lexical is None else lexical.filter_fields(tenants)
 
     def _lexical_store(self) -> TantivyLexicalStore | None:
         layout, _ = self._current()
@@ -163,7 +163,7 @@ class SearchService:
             backends=backends,
             vocabulary=layout is not None and layout.vocabulary.is_file(),
             graph=layout is not None and layout.graph.is_file(),
-            filter_fields=_filter_fields(lexical) if lexical is not None else {},
+            filter_fields=lexical.filter_fields() if lexical is not None else {},
             error=error,
         )
 
@@ -173,6 +173,3 @@ class SearchService:
                 self._close()
             self._lexical = None
 
-
-def _filter_fields(lexical: TantivyLexicalStore) -> dict[str, FieldType]:
-    return {**dict.fromkeys(KEYWORD_PAYLOAD_FIELDS, "keyword"), **lexical.field_types}

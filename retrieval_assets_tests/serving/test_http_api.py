@@ -292,4 +292,31 @@ def test_loadtest_reports_each_level(live_url: str) -> None:
     for level in figures["levels"]:
         assert level["requests"] == 4 and level["errors"] == 0 and not level["stopped_by_time_limit"]
         assert level["throughput_rps"] > 0 and 0 < level["p50_ms"] <= level["p95_ms"] <= level["p99_ms"]
+        # CPU per request: the server's from its /metrics, the client's own.
+        assert level["server_cpu_ms_per_request"] > 0 and level["client_cpu_ms_per_request"] > 0
     json.dumps(figures)  # one JSON line is what the command prints
+
+
+def test_metrics_report_requests_stages_and_retrieval_signals(client: TestClient) -> None:
+    body = {"query": "medical image viewer", "top_k": 5, "tenant": "gamma", "expand": True, "rerank": True}
+    assert client.post("/search", json=body).status_code == 200
+    assert client.post("/search", json={"query": "x", "filters": {"nosuch": 1}}).status_code == 409
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in response.text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert samples['retrieval_http_requests_total{method="POST",route="/search",status="200"}'] >= 1
+    assert samples['retrieval_http_requests_total{method="POST",route="/search",status="409"}'] >= 1
+    for stage in ("parse", "bm25", "dense", "fusion", "rerank", "serialisation"):
+        assert samples[f'retrieval_stage_seconds_count{{stage="{stage}"}}'] >= 1, stage
+    assert samples['retrieval_candidates_count{strategy="bm25"}'] >= 1
+    assert samples['retrieval_fused_score_count{which="top"}'] >= 1 and samples["retrieval_hits_count"] >= 1
+    assert samples["retrieval_rerank_mean_abs_rank_change_count"] >= 1 and samples["retrieval_expansion_terms_count"] >= 1
+    assert samples["retrieval_searches_running"] == 0 and samples["retrieval_searches_waiting"] == 0
+    assert samples["process_cpu_seconds_total"] > 0
+    # Routes are labelled by their template: a document id never becomes a label.
+    client.get("/documents/some-secret-id")
+    assert "some-secret-id" not in client.get("/metrics").text

@@ -651,3 +651,18 @@ def test_a_key_over_its_rate_is_429_with_retry_after(client: TestClient) -> None
     refused = answers[-1]
     assert int(refused.headers["Retry-After"]) >= 1 and "2 requests a minute" in refused.json()["detail"]
     assert client.get("/documents/bwa", headers=_auth("alpha-search")).status_code == 200  # other keys go on
+
+
+def test_field_names_only_other_tenants_hold_are_not_shown(client: TestClient) -> None:
+    """gamma's imaging tools are the only documents with `formats`: alpha is never told the name."""
+    alpha = client.get("/health", headers=_auth("alpha-search")).json()["filter_fields"]
+    gamma = client.get("/health", headers=_auth("gamma-admin")).json()["filter_fields"]
+    assert gamma["formats"] == "keyword" and "formats" not in alpha and {"doc_id", "tenant_id"} <= set(alpha)
+    assert client.get("/health").json()["filter_fields"] == {}  # open, so it names no field of any tenant
+    unknown = client.post("/search", json={"query": "viewer", "filters": {"nosuch": 1}}, headers=_auth("alpha-search"))
+    assert unknown.status_code == 409 and "formats" not in unknown.text and "'nosuch'" in unknown.text
+    # The field alpha has no value in is as unknown to alpha as one no tenant has.
+    held_elsewhere = {"query": "viewer", "filters": {"formats": "DICOM"}}
+    answer = client.post("/search", json=held_elsewhere, headers=_auth("alpha-search"))
+    assert answer.status_code == 409 and answer.json()["detail"].startswith("'formats' is not a filter field")
+    assert client.post("/search", json=held_elsewhere, headers=_auth("gamma-admin")).status_code == 200

@@ -27,13 +27,12 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tantivy
 
-from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,
@@ -52,6 +51,7 @@ from retrieval_assets.core.stores.base import (
     validate_payloads,
     write_manifest,
 )
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 
 # 1: separate title/text fields with tantivy's en_stem, no stop words; 2: metadata fields under
 # their own names (dotted names impossible); 3: metadata fields under sanitised schema names.
@@ -100,6 +100,10 @@ class TantivyLexicalStore(LexicalStore):
         # Custom analyzers are not persisted in the index: register before any writer exists.
         index.register_tokenizer(TEXT_TOKENIZER, _text_analyzer())
         self._has_tags = self.field_types.get(TAGS_FIELD) == "keyword"
+        # Filter fields each tenant's chunks have a value in (None: an index written before
+        # this was recorded), so that a tenant is never told another tenant's field names.
+        recorded = manifest.get("tenant_fields")
+        self._tenant_fields = None if recorded is None else {t: set(f) for t, f in recorded.items()}
 
     @classmethod
     def create(
@@ -133,6 +137,7 @@ class TantivyLexicalStore(LexicalStore):
             "title_boost": title_boost,
             "tokenizer": TEXT_TOKENIZER,
             "writer_heap_bytes": writer_heap_bytes,
+            "tenant_fields": {},
         }
         write_manifest(directory, manifest)
         return cls(directory, index, manifest)
@@ -154,6 +159,10 @@ class TantivyLexicalStore(LexicalStore):
         """Index payloads; a chunk_id already present is replaced. Searchable after ``finalize``."""
         validate_payloads(payloads)
         writer = self._open_writer()
+        if self._tenant_fields is not None:
+            for payload in payloads:
+                held = [name for name in self.field_types if payload.get(name) is not None]
+                self._tenant_fields.setdefault(payload["tenant_id"], set()).update(held)
         for payload in payloads:
             # A delete applies to every earlier document, committed or not, so this replaces.
             writer.delete_documents_by_term("chunk_id", payload["chunk_id"])
@@ -175,6 +184,8 @@ class TantivyLexicalStore(LexicalStore):
         self._writer.commit()
         self._index.reload()
         self._manifest["count"] = self.count()
+        if self._tenant_fields is not None:
+            self._manifest["tenant_fields"] = {t: sorted(f) for t, f in sorted(self._tenant_fields.items())}
         write_manifest(self.directory, self._manifest)
 
     def close(self) -> None:
@@ -188,6 +199,15 @@ class TantivyLexicalStore(LexicalStore):
 
     def count(self) -> int:
         return self._index.searcher().num_docs
+
+    def filter_fields(self, tenants: Collection[str] | None = None) -> dict[str, FieldType]:
+        """Each filter field and its type (the identifiers are keywords); with ``tenants``, only
+        fields some chunk of theirs has a value in (once added; deletes do not take a field away)."""
+        keywords: dict[str, FieldType] = dict.fromkeys(KEYWORD_PAYLOAD_FIELDS, "keyword")
+        if tenants is None:
+            return {**keywords, **self.field_types}
+        held = set().union(*(self._tenant_fields.get(t, set()) for t in tenants)) if self._tenant_fields else set()
+        return {**keywords, **{name: kind for name, kind in self.field_types.items() if name in held}}
 
     def chunk_ids(self) -> set[str]:
         searcher = self._index.searcher()

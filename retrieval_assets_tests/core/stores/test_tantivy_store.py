@@ -201,3 +201,20 @@ def test_an_index_of_the_old_format_must_be_rebuilt(tmp_path):
     manifest_path.write_text(json.dumps(dict(manifest, format_version=1)))
     with pytest.raises(ValueError, match="rebuild the lexical index"):
         TantivyLexicalStore.open(tmp_path / "old")
+
+
+def test_filter_fields_of_a_tenant_are_those_its_chunks_have(tmp_path) -> None:
+    from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+
+    store = TantivyLexicalStore.create(tmp_path / "lex", field_types={"year": "integer", "formats": "keyword"})
+    base = {"title": "t", "text": "a viewer", "section": "body"}
+    store.add([
+        {**base, "chunk_id": "a#0", "doc_id": "a", "tenant_id": "alpha", "year": 2020},
+        {**base, "chunk_id": "g#0", "doc_id": "g", "tenant_id": "gamma", "year": 2019, "formats": ["DICOM"]},
+    ])  # fmt: skip
+    store.close()
+    reopened = TantivyLexicalStore.open(tmp_path / "lex")
+    identifiers = {"doc_id", "chunk_id", "tenant_id", "section"}
+    assert set(reopened.filter_fields(["alpha"])) == identifiers | {"year"}
+    assert set(reopened.filter_fields(["alpha", "gamma"])) == set(reopened.filter_fields()) == identifiers | {"year", "formats"}
+    assert set(reopened.filter_fields(["nobody"])) == identifiers
