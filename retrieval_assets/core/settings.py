@@ -98,6 +98,17 @@ class MultiQuerySettings(BaseModel):
     llm_timeout_s: float = Field(10.0, gt=0)
 
 
+class QueryBatchingSettings(BaseModel):
+    """Micro-batching of query encoding (``core/embed/batching.py``): concurrent requests share
+    one model call. A lone request never waits; one that arrives while the encoder has recently
+    been shared waits at most ``max_wait_ms`` for company. 0 turns batching off. Encoders whose
+    vectors move with their batch company (the INT8 ONNX bge-small) are never batched; README
+    "Query micro-batching" has the measurements behind the defaults."""
+
+    max_wait_ms: float = Field(2.0, ge=0.0, le=1000.0)
+    max_batch: int = Field(16, ge=1)
+
+
 # Fused by default: BM25 and dense. SPLADE-tiny (the offline sparse model) is indexed and can be
 # asked for, but it scored below BM25 and lowered the fused score (README "Retrieval defaults").
 DEFAULT_STRATEGIES: tuple[Strategy, ...] = (Strategy.BM25, Strategy.DENSE)
@@ -125,6 +136,7 @@ class RetrievalSettings(RetrievalOptions):
     nl_filters: NLFilterSettings = NLFilterSettings()
     # File-extension and metadata mappings to ``format:`` tokens, for queries and records alike.
     context_tokens: ContextTokenSettings = ContextTokenSettings()
+    query_batching: QueryBatchingSettings = QueryBatchingSettings()
 
 
 class IndexBuildSettings(BaseModel):

@@ -33,6 +33,7 @@ from retrieval_assets.core.settings import (
     IndexBuildSettings,
     ModelSettings,
     MultiQuerySettings,
+    QueryBatchingSettings,
     RerankSettings,
     RetrievalOptions,
     RetrievalSettings,
@@ -103,6 +104,10 @@ class GraphConfig(Config, GraphSettings):
 
 class MultiQueryConfig(Config, MultiQuerySettings):
     """``MultiQuerySettings`` as Dagster config."""
+
+
+class QueryBatchingConfig(Config, QueryBatchingSettings):
+    """``QueryBatchingSettings`` as Dagster config."""
 
 
 class VocabularyConfig(Config, VocabularySettings):
@@ -290,6 +295,8 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
     rerank: RerankConfig = RerankConfig()
     graph: GraphConfig = GraphConfig()
     multi_query: MultiQueryConfig = MultiQueryConfig()
+    # Concurrent requests sharing query-encoder calls; max_wait_ms=0 turns it off.
+    query_batching: QueryBatchingConfig = QueryBatchingConfig()
     # The key of the multi_query LLM endpoint: configure it as an EnvVar.
     llm_api_key: str | None = None
     # Read an unset LLM endpoint and key from RETRIEVAL_LLM_BASE_URL / RETRIEVAL_LLM_API_KEY at
@@ -309,6 +316,7 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
             rerank=self.rerank,
             graph=self.graph,
             multi_query=multi_query,
+            query_batching=self.query_batching,
             **_given(context_tokens=self.build.context_tokens if self.build else None),
         )
 

@@ -29,7 +29,13 @@ class OnnxDenseEncoder(DenseEncoder):
     full build" need. Without it, texts of identical token length share a run (never padded),
     which was up to about twice as fast on short texts here but left vectors at cosine ~0.995
     to the unbatched ones.
+
+    Its queries are therefore never micro-batched (``core/embed/batching.py``): sharing a run
+    shares the activation scales, padded or not, and on SciFact's 300 test queries that changed
+    most top-10 lists (README "Query micro-batching").
     """
+
+    query_batches_exact = False  # see batching.batching_dense_encoder
 
     def __init__(
         self,
@@ -132,6 +138,10 @@ class OnnxDenseEncoder(DenseEncoder):
 
 class SentenceTransformerDenseEncoder(DenseEncoder):
     """A sentence-transformers model from a local directory or a Hugging Face hub name."""
+
+    # fp32 with masked padding: a query's vector in a batch moves by ~1e-7 only, so concurrent
+    # queries may share a model call (core/embed/batching.py).
+    query_batches_exact = True
 
     def __init__(
         self,

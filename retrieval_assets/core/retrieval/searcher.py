@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
+from retrieval_assets.core.embed.batching import batching_dense_encoder, batching_sparse_encoder
 from retrieval_assets.core.index.graph import ToolGraph
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
@@ -46,7 +47,9 @@ def open_retriever(
 
     ``server_stores`` (strategy -> store) replace the embedded engine of each strategy they
     name. The vocabulary and the tool graph are optional: without them expansion and graph
-    expansion have nothing to add, and the diagnostics say so.
+    expansion have nothing to add, and the diagnostics say so. Concurrent queries share encoder
+    calls as ``settings.query_batching`` says (the encoders themselves are not changed: the
+    batchers wrap them for this retriever only, and hold no thread to close).
     """
     for label, path in (("faiss_index", layout.faiss), ("qdrant_edge_index", layout.qdrant), ("tantivy_index", layout.lexical)):
         if not path.exists():
@@ -58,9 +61,14 @@ def open_retriever(
     )
     multi = settings.multi_query
     lexical = servers.get(Strategy.BM25) or TantivyLexicalStore.open(layout.lexical)
+    batching = settings.query_batching
     return HybridRetriever(
-        dense_encoder=dense_encoder,
-        sparse_encoder=sparse_encoder,
+        dense_encoder=batching_dense_encoder(
+            dense_encoder, max_wait_ms=batching.max_wait_ms, max_batch=batching.max_batch
+        ),
+        sparse_encoder=batching_sparse_encoder(
+            sparse_encoder, max_wait_ms=batching.max_wait_ms, max_batch=batching.max_batch
+        ),
         dense_store=servers.get(Strategy.DENSE) or FaissDenseStore.open(layout.faiss),
         sparse_store=servers.get(Strategy.SPLADE) or QdrantEdgeStore.open(layout.qdrant),
         lexical_store=lexical,
