@@ -779,7 +779,7 @@ def _authorizer(secured: bool) -> Callable[[Scope], Callable[..., ApiKey | None]
     trusted (None)."""
     if not secured:
 
-        def trusted() -> None:
+        async def trusted() -> None:
             return None
 
         return lambda _scope: trusted
@@ -787,7 +787,10 @@ def _authorizer(secured: bool) -> Callable[[Scope], Callable[..., ApiKey | None]
 
     def caller(scope: Scope) -> Callable[..., ApiKey]:
         # The bearer scheme is declared here, for the OpenAPI document; the middleware checked it.
-        def authorized(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]) -> ApiKey:
+        # Async (nothing here blocks), so that it costs no hop through the thread pool.
+        async def authorized(
+            request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+        ) -> ApiKey:
             key: ApiKey = request.state.api_key
             if not key.allows(scope):
                 raise AuthError(403, f"key {key.id!r} lacks the {scope!r} scope")

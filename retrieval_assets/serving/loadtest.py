@@ -96,10 +96,12 @@ def run_level(
     timeout_s: float = 30.0,
     progress: ProgressCallback | None = None,
     headers: dict[str, str] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Send ``requests`` searches from ``concurrency`` threads; throughput, latency percentiles, errors."""
+    """Send ``requests`` searches from ``concurrency`` threads; throughput, latency percentiles, errors.
+    ``fields`` go into every search body (a tenant, filters)."""
     endpoint = url.rstrip("/") + "/search"
-    bodies = itertools.cycle([{"query": q, "top_k": top_k} for q in queries])
+    bodies = itertools.cycle([{"query": q, "top_k": top_k, **(fields or {})} for q in queries])
     lock = threading.Lock()  # guards the shared counters, lists and the (not thread-safe) cycle
     latencies_ms: list[float] = []
     errors: list[str] = []
