@@ -11,9 +11,9 @@ oldest of them.
 ``max_wait_ms`` bounds how long a request waits for company it would not otherwise have had: a
 caller that leads at once while the encoder has recently been shared (another batch had company
 less than a second ago) waits up to ``max_wait_ms`` from its arrival, or until ``max_batch``
-texts are queued, before calling the model. A caller that already waited for a running call
-never waits more. ``max_wait_ms=0`` turns batching off: the ``batching_*`` factories return the
-plain encoder.
+texts are queued, before calling the model; no request waits for company longer than that after
+it arrived. ``max_wait_ms=0`` turns batching off: the ``batching_*`` factories return the plain
+encoder.
 
 Only encoders whose vectors do not depend on their batch company are batched (an encoder says
 so with ``query_batches_exact``; fp32 models with masked padding do, to ~1e-6). The INT8 ONNX
@@ -89,7 +89,11 @@ class QueryBatcher(Generic[Row]):
             else:
                 self._leading = request.leads = True
         if not request.leads:
-            request.ready.wait()
+            try:
+                request.ready.wait()
+            except BaseException:  # interrupted (KeyboardInterrupt in the main thread): leave no one stuck
+                self._abandon(request)
+                raise
         if request.leads:  # at once, or handed over by the previous leader
             self._lead(request)
         if request.error is not None:
@@ -140,6 +144,22 @@ class QueryBatcher(Generic[Row]):
                     request.ready.set()
             if successor is not None:
                 successor.ready.set()
+
+    def _abandon(self, request: _Request[Row]) -> None:
+        """Take an interrupted caller's request out of the queue; if it had just been made leader,
+        the lead passes to the next request."""
+        successor = None
+        with self._lock:
+            if request in self._queue:  # else it is in a batch being encoded: its rows go unread
+                self._queue.remove(request)
+                if request.leads:
+                    successor = self._queue[0] if self._queue else None
+                    if successor is not None:
+                        successor.leads = True
+                    else:
+                        self._leading = False
+        if successor is not None:
+            successor.ready.set()
 
     def _queued_texts(self) -> int:
         return sum(len(request.texts) for request in self._queue)

@@ -198,6 +198,51 @@ def test_close_answers_waiting_callers_and_refuses_new_ones() -> None:
     assert [len(call) for call in encode.calls] == [1, 2, 2, 1]  # max_batch still holds
 
 
+def test_an_interrupted_waiter_leaves_the_queue_and_passes_on_the_lead(monkeypatch: pytest.MonkeyPatch) -> None:
+    from retrieval_assets.core.embed import batching
+
+    class Interrupted(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            super().wait(timeout)
+            raise KeyboardInterrupt
+
+    class Request(batching._Request):
+        def __init__(self, texts: list[str]) -> None:
+            super().__init__(texts)
+            if texts == ["interrupted"]:
+                self.ready = Interrupted()
+
+    monkeypatch.setattr(batching, "_Request", Request)
+    encode = Recorder()
+    encode.gate.clear()
+    batcher = QueryBatcher(encode, max_wait_ms=1.0, max_batch=1)  # one request per call
+    outcomes: dict[str, object] = {}
+
+    def caller(text: str) -> None:
+        try:
+            outcomes[text] = batcher([text])
+        except KeyboardInterrupt as exc:
+            outcomes[text] = exc
+
+    first = threading.Thread(target=caller, args=("first",))
+    first.start()
+    assert encode.entered.wait(JOIN_S)
+    # "interrupted" queues next, so the lead passes to it; it is interrupted as it is woken
+    threads = [threading.Thread(target=caller, args=(text,)) for text in ("interrupted", "after")]
+    threads[0].start()
+    _wait_until(lambda: len(batcher._queue) == 1)
+    threads[1].start()
+    _wait_until(lambda: len(batcher._queue) == 2)
+    encode.gate.set()
+    for thread in (first, *threads):
+        thread.join(JOIN_S)
+        assert not thread.is_alive(), "a caller hung"
+    assert isinstance(outcomes["interrupted"], KeyboardInterrupt)
+    assert outcomes["first"] == ["tsrif"] and outcomes["after"] == ["retfa"]
+    assert encode.calls == [["first"], ["after"]]
+    assert batcher(["again"]) == ["niaga"] and not batcher._leading
+
+
 def test_settings_are_validated() -> None:
     with pytest.raises(ValueError):
         QueryBatcher(Recorder(), max_wait_ms=-1, max_batch=4)
@@ -262,7 +307,7 @@ def test_retrieval_settings_default_and_resource_round_trip() -> None:
         SearchResource,
     )
 
-    assert RetrievalSettings().query_batching == QueryBatchingSettings(max_wait_ms=2.0, max_batch=16)
+    assert RetrievalSettings().query_batching == QueryBatchingSettings(max_wait_ms=1.0, max_batch=8)
     resource = SearchResource(
         storage=IndexStorageResource(home="/nonexistent"),
         models=ModelResource(),
