@@ -107,11 +107,17 @@ class QueryBatcher(Generic[Row]):
             # queue) or was handed over to as the oldest waiting request.
             deadline = leader.arrived + self.max_wait_s
             if self.max_wait_s > 0 and time.monotonic() - self._company_at < _COMPANY_WINDOW_S:
-                while not self._closed and self._queued_texts() < self.max_batch:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._arrival.wait(remaining)
+                try:
+                    while not self._closed and self._queued_texts() < self.max_batch:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._arrival.wait(remaining)
+                except BaseException:  # interrupted while gathering: the lead passes on
+                    successor = self._drop(leader)
+                    if successor is not None:
+                        successor.ready.set()
+                    raise
             batch = [self._queue.popleft()]
             size = len(batch[0].texts)
             while self._queue and size + len(self._queue[0].texts) <= self.max_batch:
@@ -148,18 +154,24 @@ class QueryBatcher(Generic[Row]):
     def _abandon(self, request: _Request[Row]) -> None:
         """Take an interrupted caller's request out of the queue; if it had just been made leader,
         the lead passes to the next request."""
-        successor = None
         with self._lock:
-            if request in self._queue:  # else it is in a batch being encoded: its rows go unread
-                self._queue.remove(request)
-                if request.leads:
-                    successor = self._queue[0] if self._queue else None
-                    if successor is not None:
-                        successor.leads = True
-                    else:
-                        self._leading = False
+            successor = self._drop(request)
         if successor is not None:
             successor.ready.set()
+
+    def _drop(self, request: _Request[Row]) -> _Request[Row] | None:
+        """With the lock held: ``request`` leaves the queue (unless it is in a batch being encoded:
+        its rows then go unread); if it led, the next request leads and is returned, to be woken."""
+        if request not in self._queue:
+            return None
+        self._queue.remove(request)
+        if not request.leads:
+            return None
+        if not self._queue:
+            self._leading = False
+            return None
+        self._queue[0].leads = True
+        return self._queue[0]
 
     def _queued_texts(self) -> int:
         return sum(len(request.texts) for request in self._queue)

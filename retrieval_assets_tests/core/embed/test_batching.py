@@ -243,6 +243,42 @@ def test_an_interrupted_waiter_leaves_the_queue_and_passes_on_the_lead(monkeypat
     assert batcher(["again"]) == ["niaga"] and not batcher._leading
 
 
+def test_a_leader_interrupted_while_gathering_passes_on_the_lead() -> None:
+    encode = Recorder()
+    batcher = QueryBatcher(encode, max_wait_ms=10_000, max_batch=8)
+    batcher._company_at = time.monotonic()  # the leader will gather
+    interrupted = threading.Event()
+    original_wait = batcher._arrival.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        if threading.current_thread().name == "leader" and not interrupted.is_set():
+            original_wait(0.05)
+            interrupted.set()
+            batcher._company_at = float("-inf")  # the follower, leading next, goes at once
+            raise KeyboardInterrupt
+        return original_wait(timeout)
+
+    batcher._arrival.wait = wait  # type: ignore[method-assign]
+    outcomes: dict[str, object] = {}
+
+    def caller(text: str) -> None:
+        try:
+            outcomes[text] = batcher([text])
+        except KeyboardInterrupt as exc:
+            outcomes[text] = exc
+
+    leader = threading.Thread(target=caller, args=("lead",), name="leader")
+    leader.start()
+    _wait_until(lambda: batcher._leading)
+    follower = threading.Thread(target=caller, args=("follow",))
+    follower.start()
+    for thread in (leader, follower):
+        thread.join(JOIN_S)
+        assert not thread.is_alive(), "a caller hung"
+    assert isinstance(outcomes["lead"], KeyboardInterrupt) and outcomes["follow"] == ["wollof"]
+    assert encode.calls == [["follow"]] and not batcher._leading
+
+
 def test_settings_are_validated() -> None:
     with pytest.raises(ValueError):
         QueryBatcher(Recorder(), max_wait_ms=-1, max_batch=4)
