@@ -3,9 +3,10 @@
 Per request: counts by route, method and status, and latency histograms. Serving state: searches
 running and waiting, overload rejections. Per search, from its ``RetrievalResult``: each stage's
 time (parse, expansion, each engine, fusion, graph, rerank, multi-query, and the response's
-serialisation), candidates per strategy, the top and mean fused score, the reranker's mean rank
-change, expansion terms added and retries. The process's CPU seconds (``process_cpu_seconds_total``)
-let ``loadtest`` report the server's CPU per request.
+serialisation; each query encoding, ``dense_encode``/``splade_encode``), the encoders' CPU,
+candidates per strategy, the top and mean fused score, the reranker's mean rank change,
+expansion terms added and retries. The process's CPU seconds (``process_cpu_seconds_total``) and
+the encoders' let ``loadtest`` report both per request.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class ServingMetrics:
             "retrieval_expansion_retries", "searches retried with broader expansion", registry=self.registry
         )
         self.hits = Histogram("retrieval_hits", "hits returned per search", buckets=COUNTS, registry=self.registry)
+        self.encoder_cpu = Counter(
+            "retrieval_encoder_cpu_seconds", "query encoders' CPU (the calling thread's)", ["strategy"],
+            registry=self.registry,
+        )  # fmt: skip
 
     def observe_result(self, result: RetrievalResult) -> None:
         """The retrieval signals of one search, from its timings and diagnostics."""
@@ -73,6 +78,8 @@ class ServingMetrics:
             if name not in _NOT_STAGES:
                 self.stage.labels(name.removesuffix("_ms")).observe(milliseconds / 1000)
         diagnostics = result.diagnostics
+        for strategy, milliseconds in (diagnostics.get("encoder_cpu_ms") or {}).items():
+            self.encoder_cpu.labels(strategy).inc(milliseconds / 1000)
         for strategy, count in (diagnostics.get("candidates") or {}).items():
             self.candidates.labels(strategy).observe(count)
         scores = [hit.score for hit in result.hits]

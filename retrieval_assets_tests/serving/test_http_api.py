@@ -294,6 +294,7 @@ def test_loadtest_reports_each_level(live_url: str) -> None:
         assert level["throughput_rps"] > 0 and 0 < level["p50_ms"] <= level["p95_ms"] <= level["p99_ms"]
         # CPU per request: the server's from its /metrics, the client's own.
         assert level["server_cpu_ms_per_request"] > 0 and level["client_cpu_ms_per_request"] > 0
+        assert 0 < level["server_encoder_cpu_ms_per_request"] < level["server_cpu_ms_per_request"]
     json.dumps(figures)  # one JSON line is what the command prints
 
 
@@ -310,13 +311,13 @@ def test_metrics_report_requests_stages_and_retrieval_signals(client: TestClient
     }
     assert samples['retrieval_http_requests_total{method="POST",route="/search",status="200"}'] >= 1
     assert samples['retrieval_http_requests_total{method="POST",route="/search",status="409"}'] >= 1
-    for stage in ("parse", "bm25", "dense", "fusion", "rerank", "serialisation"):
+    for stage in ("parse", "bm25", "dense", "dense_encode", "fusion", "rerank", "serialisation"):
         assert samples[f'retrieval_stage_seconds_count{{stage="{stage}"}}'] >= 1, stage
     assert samples['retrieval_candidates_count{strategy="bm25"}'] >= 1
     assert samples['retrieval_fused_score_count{which="top"}'] >= 1 and samples["retrieval_hits_count"] >= 1
     assert samples["retrieval_rerank_mean_abs_rank_change_count"] >= 1 and samples["retrieval_expansion_terms_count"] >= 1
     assert samples["retrieval_searches_running"] == 0 and samples["retrieval_searches_waiting"] == 0
-    assert samples["process_cpu_seconds_total"] > 0
+    assert samples["process_cpu_seconds_total"] > 0 and samples['retrieval_encoder_cpu_seconds_total{strategy="dense"}'] > 0
     # Routes are labelled by their template: a document id never becomes a label.
     client.get("/documents/some-secret-id")
     assert "some-secret-id" not in client.get("/metrics").text

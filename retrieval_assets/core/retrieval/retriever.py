@@ -62,6 +62,7 @@ Searcher = Callable[[str, int, list[MetadataFilter], Mapping[str, float], Sequen
 # A token that may be a document id: explicit "doc:"/"id:" or letters/punctuation mixed with digits.
 _ID_PREFIX = re.compile(r"^(?:doc|id):(?P<id>\S+)$", re.IGNORECASE)
 _ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[^\d]).+$")
+ENCODE_NOTE = "_encode"  # a strategy's note of its query encoding, moved to timings and diagnostics
 
 
 @dataclass
@@ -155,15 +156,16 @@ class HybridRetriever:
 
             def search_splade(q: str, k: int, f: list[MetadataFilter], _e: Any, _t: Any, notes: dict) -> list[StoreHit]:
                 # An engine with a clause limit gets the query's heaviest terms; the cut is reported.
-                vector, cut = strongest_terms(sparse_encoder.encode_queries([q])[0], sparse_store.max_query_terms)
+                encoded = _encode_timed(sparse_encoder.encode_queries, q, notes)
+                vector, cut = strongest_terms(encoded, sparse_store.max_query_terms)
                 if cut:
                     notes["splade_query_terms"] = cut
                 return sparse_store.search_sparse(vector, k, f)
 
             self._searchers[Strategy.SPLADE] = search_splade
         if dense_store is not None and dense_encoder is not None:
-            self._searchers[Strategy.DENSE] = lambda q, k, f, _e, _t, _n: dense_store.search_dense(
-                dense_encoder.encode_queries([q])[0], k, f
+            self._searchers[Strategy.DENSE] = lambda q, k, f, _e, _t, notes: dense_store.search_dense(
+                _encode_timed(dense_encoder.encode_queries, q, notes), k, f
             )
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searchers)), thread_name_prefix="retrieve")
 
@@ -408,6 +410,11 @@ class HybridRetriever:
             hits, elapsed = future.result()
             plan.cache[cache_key] = per_strategy[name] = hits
             timings[f"{name}_ms"] = timings.get(f"{name}_ms", 0.0) + elapsed
+            if ENCODE_NOTE in notes:  # the strategy's query encoding: its wall time and its thread's CPU
+                encode_ms, encode_cpu_ms = notes.pop(ENCODE_NOTE)
+                timings[f"{name}_encode_ms"] = timings.get(f"{name}_encode_ms", 0.0) + encode_ms
+                cpu = plan.trace.diagnostics.setdefault("encoder_cpu_ms", {})
+                cpu[name] = cpu.get(name, 0.0) + encode_cpu_ms
             plan.trace.diagnostics.update(notes)
         with plan.trace.stage("fusion"):
             candidates = self._fuse(per_strategy, plan)
@@ -564,6 +571,15 @@ def _mentioned_id(token: str) -> str | None:
     if prefixed:
         return prefixed.group("id")
     return stripped if _ID_LIKE.match(stripped) else None
+
+
+def _encode_timed(encode: Callable[[list[str]], Any], query: str, notes: dict[str, Any]) -> Any:
+    """``encode([query])[0]``, noting its wall time and the calling thread's CPU in ms (exact for
+    the single-threaded ONNX query session; an encoder's own worker threads are not counted)."""
+    started, started_cpu = time.perf_counter(), time.thread_time()
+    vector = encode([query])[0]
+    notes[ENCODE_NOTE] = ((time.perf_counter() - started) * 1000, (time.thread_time() - started_cpu) * 1000)
+    return vector
 
 
 def _timed(fn: Callable[..., list[StoreHit]], *args: Any) -> tuple[list[StoreHit], float]:

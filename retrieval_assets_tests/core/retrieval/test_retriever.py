@@ -186,6 +186,11 @@ def test_every_fusion_method_runs_with_provenance(retriever: HybridRetriever, me
     assert set(result.hits[0].strategy_scores) >= {"bm25", "splade", "dense"}
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
     assert {"bm25_ms", "splade_ms", "dense_ms", "fusion_ms", "total_ms"} <= set(result.timings_ms)
+    # Each query encoding is timed within its strategy, and its thread's CPU is reported.
+    for name in ("splade", "dense"):
+        assert 0 < result.timings_ms[f"{name}_encode_ms"] <= result.timings_ms[f"{name}_ms"]
+        assert result.diagnostics["encoder_cpu_ms"][name] > 0
+    assert "_encode" not in result.diagnostics
 
 
 def test_rerank_orders_by_cross_encoder_and_reports_moves(retriever: HybridRetriever) -> None:
