@@ -477,7 +477,7 @@ def create_app(
     )
     if keys is not None:
         app.add_middleware(_KeyRequired, keys=keys)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(RequestMetrics, metrics=metrics, route_of=lambda scope: _route_template(app, scope))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -815,6 +815,11 @@ def _granted(request: SearchRequest, key: ApiKey | None) -> SearchRequest:
 def _error(status: int, detail: str, error: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     body = ErrorBody(detail=detail, error=error, **extra).model_dump(exclude_none=True)
     return JSONResponse(body, status, headers=headers)
+
+
+def _route_template(app: FastAPI, scope: ASGIScope) -> str | None:
+    """The path template of the route that would answer ``scope``."""
+    return next((route.path for route in app.router.routes if route.matches(scope)[0] is Match.FULL), None)
 
 
 def _allowed_methods(request: Request) -> list[str]:

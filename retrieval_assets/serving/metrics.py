@@ -109,11 +109,20 @@ class ServingMetrics:
 
 class RequestMetrics:
     """ASGI middleware: each answered request by its route template (not its path, which would
-    name documents), method and status, and its latency."""
+    name documents), method and status, and its latency. ``route_of`` names the route of a
+    request answered before routing (a 401, a 503 from the queue)."""
 
-    def __init__(self, app: ASGIApp, *, metrics: ServingMetrics, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: ServingMetrics,
+        route_of: Callable[[Scope], str | None],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.route_of = route_of
         self.clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,6 +141,6 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or self.route_of(scope) or "unmatched"
             self.metrics.requests.labels(route, scope["method"], str(status)).inc()
             self.metrics.latency.labels(route, scope["method"]).observe(self.clock() - started)

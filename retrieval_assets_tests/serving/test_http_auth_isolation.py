@@ -626,6 +626,10 @@ def test_no_key_or_an_unknown_one_is_401(client: TestClient) -> None:
             response = client.request(method, path, json={"query": "bwa"}, headers=headers)
             assert response.status_code == 401 and response.headers["WWW-Authenticate"] == "Bearer", response.text
     assert client.get("/health").status_code == 200  # the one open route
+    # /metrics is admin only, and counts a refusal under the route it was refused at (not its path).
+    assert client.get("/metrics", headers=_auth("alpha-search")).status_code == 403
+    metrics = client.get("/metrics", headers=_auth("gamma-admin")).text
+    assert 'retrieval_http_requests_total{method="DELETE",route="/documents/{doc_id:path}",status="401"} 3.0' in metrics
 
 
 def test_posted_documents_and_deletes_name_their_sender(client: TestClient, home: Path) -> None:
