@@ -133,11 +133,7 @@ class ApiKeys:
 
     @classmethod
     def parse(cls, text: str, source: str) -> ApiKeys:
-        try:
-            return cls(_KeysFile.model_validate_json(text).keys)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"{source} is not a valid API key list: {problems}") from None
+        return cls(_records(text, source))
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> tuple[ApiKeys | None, str]:
@@ -182,9 +178,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _records(text: str, source: str) -> list[ApiKey]:
+    try:
+        return _KeysFile.model_validate_json(text).keys
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{source} is not a valid API key list: {problems}") from None
+
+
 def read_keys(path: Path) -> list[ApiKey]:
-    """The keys of a keys file; none when it does not exist yet."""
-    return list(ApiKeys.parse(path.read_text(encoding="utf-8"), str(path))) if path.exists() else []
+    """The keys of a keys file (none when it does not exist yet, or every key was revoked)."""
+    return _records(path.read_text(encoding="utf-8"), str(path)) if path.exists() else []
 
 
 def write_keys(path: Path, keys: Sequence[ApiKey]) -> None:

@@ -143,3 +143,5 @@ def test_api_key_create_and_revoke_keep_a_private_keys_file(tmp_path: Path, caps
     assert "already has a key 'app'" in capsys.readouterr().err
     assert main(["api-key", "revoke", "--id", "app", "--keys-file", str(path)]) == 0
     assert json.loads(path.read_text()) == {"keys": []}
+    assert main([*argv, "--keys-file", str(path)]) == 0  # a file emptied by revoke takes a new key
+    assert [key["id"] for key in json.loads(path.read_text())["keys"]] == ["app"]
