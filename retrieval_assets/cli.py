@@ -500,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench-auth", help="POST /search P50 at concurrency 1 with an API key and without (target: +1 ms at most)"
     )
     auth.add_argument("--requests", type=int, default=400, help="measured requests per arm")
-    auth.add_argument("--rounds", type=int, default=4, help="alternating rounds the requests are split into")
+    auth.add_argument("--rounds", type=int, default=4, help="rotating rounds the requests are split into")
     auth.add_argument("--queries", help="query texts: one per line, or JSONL with text (default: built-in sample)")
     auth.add_argument("--json-out", help="also write the result JSON to this file")
     auth.set_defaults(func=cmd_bench_auth)

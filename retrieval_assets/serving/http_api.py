@@ -91,7 +91,7 @@ from retrieval_assets.core.models import (
     StoreHit,
     Strategy,
 )
-from retrieval_assets.core.retrieval.retriever import HybridRetriever
+from retrieval_assets.core.retrieval.retriever import HybridRetriever, tenant_scope
 from retrieval_assets.core.retrieval.searcher import Searcher
 from retrieval_assets.core.stores.base import FieldType, coerce_filter_values
 from retrieval_assets.core.stores.filters import FilterError, parse_filters
@@ -495,8 +495,7 @@ def create_app(
         try:
             served = service.retriever().available_strategies
             missing = [strategy for strategy in request.strategies or () if strategy not in served]
-            visible = [request.tenant_id] if request.tenant_id is not None else request.tenants
-            conflict = _conflict(request.filters, service.filter_fields(visible))
+            conflict = _conflict(request.filters, service.filter_fields(tenant_scope(request)))
             if missing or conflict:
                 raise HTTPException(409, conflict or f"strategies {missing} are not served (see GET /health: {served})")
             result = service.run(request)
@@ -591,10 +590,7 @@ def create_app(
 
     @app.exception_handler(AuthError)
     async def unauthorized(_: Request, exc: AuthError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-        if exc.retry_after is not None:
-            headers["Retry-After"] = str(exc.retry_after)
-        return _error(exc.status, exc.detail, HTTPStatus(exc.status).phrase, headers=headers)
+        return _auth_error(exc)
 
     @app.exception_handler(_Quarantined)
     async def quarantined(_: Request, exc: _Quarantined) -> JSONResponse:
@@ -762,10 +758,17 @@ class _KeyRequired:
         try:
             key = self.keys.authenticate(_bearer_token(Headers(scope=scope).get("authorization", "")))
         except AuthError as exc:
-            await _error(exc.status, exc.detail, "Unauthorized", headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            await _auth_error(exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["api_key"] = key
         await self.app(scope, receive, send)
+
+
+def _auth_error(exc: AuthError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return _error(exc.status, exc.detail, HTTPStatus(exc.status).phrase, headers=headers)
 
 
 def _bearer_token(authorization: str) -> str | None:

@@ -119,8 +119,10 @@ class SearchService:
         lexical = self._lexical_store()
         if lexical is None:
             return None
-        tenants = [] if tenant_id is None else [tenant_id] if isinstance(tenant_id, str) else sorted(tenant_id)
-        filters = [MetadataFilter(field="tenant_id", any_of=tenants)] if tenant_id is not None else []
+        filters = []
+        if tenant_id is not None:
+            tenants = [tenant_id] if isinstance(tenant_id, str) else sorted(tenant_id)
+            filters.append(MetadataFilter(field="tenant_id", any_of=tenants))
         found = lexical.fetch_documents([doc_id], filters)
         return found[0] if found else None
 

@@ -206,7 +206,7 @@ class HybridRetriever:
 
         with trace.stage("parse"):
             tags = parse_control_tags(request.query)
-            tenants = _tenant_scope(request)
+            tenants = tenant_scope(request)
             semantic, filters = self._structured_query(tags.query, request, tenants, trace)
             excluded = set(tags.exclude_ids)
             semantic = self._more_like_this(semantic, filters, excluded, trace)
@@ -545,7 +545,7 @@ class HybridRetriever:
             store.close()
 
 
-def _tenant_scope(request: SearchRequest) -> frozenset[str] | None:
+def tenant_scope(request: SearchRequest) -> frozenset[str] | None:
     """The tenants a request may see: its tenant, within its grant (``tenants``); None when it
     names neither. A tenant outside the grant is an error, not an empty result."""
     if request.tenants is None:
