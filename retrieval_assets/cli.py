@@ -112,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = versions.version(candidate).evaluation() or {}
     print(f"\nCandidate {candidate}, evaluation (configuration: metrics):")
     for name, metrics in report.get("runs", {}).items():
-        marker = " (default)" if name == report["default"] else ""
+        marker = " (served)" if name == (report.get("served") or report["default"]) else ""
         print(f"  {name}{marker}: " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
     gate = report.get("gate", {})
     verdict = "passed" if gate.get("passed") else "REFUSED: " + "; ".join(gate.get("reasons", []))

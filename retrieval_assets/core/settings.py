@@ -68,6 +68,9 @@ class RerankSettings(BaseModel):
     output: int = Field(8, ge=1)  # reranked hits that lead the list; the rest keep first-stage order
     # Fuse the reranker's order with the first-stage order (RRF) instead of replacing it.
     fuse_with_first_stage: bool = False
+    # Order the head by ``w * cross-encoder + (1 - w) * first stage``, both min-max normalised
+    # (the learned configuration chooses w per catalog); None: as the two settings above say.
+    blend_weight: float | None = Field(None, ge=0.0, le=1.0)
     # Query + passage tokens. On this 2-core CPU a top-20 rerank measured P95 0.48 s at 128,
     # 0.80 s at 192 and 1.10 s at 256: 192 is the longest that keeps rerank within 1 s.
     max_length: int = Field(192, ge=16)

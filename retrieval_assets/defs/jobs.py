@@ -20,11 +20,12 @@ from dagster import (
 )
 
 from retrieval_assets.core.index.servers import roll_back
+from retrieval_assets.defs.assets.configuration import retrieval_configuration
 from retrieval_assets.defs.assets.embed import embedding_cache_shard
 from retrieval_assets.defs.assets.evaluation import promoted_index, retrieval_evaluation
 from retrieval_assets.defs.resources import IndexStorageResource
 
-EVALUATION = AssetSelection.assets(retrieval_evaluation, promoted_index)
+EVALUATION = AssetSelection.assets(retrieval_configuration, retrieval_evaluation, promoted_index)
 BUILD = AssetSelection.all() - AssetSelection.assets(embedding_cache_shard) - EVALUATION
 # Build, evaluation and promotion in one run: every asset but the partitioned cache warm-up.
 WHOLE_BUILD = BUILD | EVALUATION
@@ -41,8 +42,14 @@ index_build_job = define_asset_job(
     description="The whole incremental build: ingest, clean, chunk, embed what changed, write and seal a candidate.",
 )
 
-# The gate judges the default configuration only; the nightly evaluation measures them all.
-DOCUMENT_UPDATE_CONFIG = {"ops": {"retrieval_evaluation": {"config": {"configurations": []}}}}
+# The gate judges the served configuration only (the nightly evaluation measures them all), and a
+# few posted documents keep the promoted version's learned configuration instead of a new search.
+DOCUMENT_UPDATE_CONFIG = {
+    "ops": {
+        "retrieval_evaluation": {"config": {"configurations": []}},
+        "retrieval_configuration": {"config": {"reuse_promoted": True}},
+    }
+}
 
 document_update_job = define_asset_job(
     "document_update_job",

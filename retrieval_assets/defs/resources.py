@@ -17,6 +17,7 @@ from retrieval_assets.core.ingest.inbox import INBOX_DIR, DocumentInbox
 from retrieval_assets.core.ingest.catalog import CatalogSource, GoldSet, discover_sources, load_gold, source_name
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
 from retrieval_assets.core.evaluation.gate import GateSettings
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
@@ -302,6 +303,10 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
     # Read an unset LLM endpoint and key from RETRIEVAL_LLM_BASE_URL / RETRIEVAL_LLM_API_KEY at
     # execution (the code location does).
     read_environment: bool = False
+    # Serve each version with the configuration learned for it from the gold queries (the
+    # ``retrieval_configuration`` asset), once the promotion gate passed with it; False: always
+    # with the settings above.
+    learned_configuration: bool = True
 
     _searcher: Searcher | None = PrivateAttr(default=None)
 
@@ -329,6 +334,9 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
 
     def _open(self, version: IndexVersion) -> HybridRetriever:
         settings = self.retrieval_settings()
+        learned = version.served_configuration() if self.learned_configuration else None
+        if learned is not None:
+            settings = RetrievalConfiguration.model_validate(learned).apply(settings)
         servers = self.storage.servers()
         api_key = self.llm_api_key or (_environment("RETRIEVAL_LLM_API_KEY") if self.read_environment else None)
         return open_retriever(

@@ -7,6 +7,7 @@ Layout under ``root``::
     versions/<version>/chunks.parquet    chunk id, document and row hash of each chunk, what a later delta diffs against
     versions/<version>/version.json      written last: the version is complete ("sealed")
     versions/<version>/evaluation.json   the evaluation report and the promotion gate's verdict
+    versions/<version>/retrieval_configuration.json   the configuration learned from the gold queries
     promoted.json                        the served version, replaced by an atomic rename
     history.jsonl                        every promotion, refusal and rollback, appended
 
@@ -30,6 +31,7 @@ from retrieval_assets.core.faults import fault_point
 
 VERSION_MANIFEST = "version.json"
 EVALUATION_REPORT = "evaluation.json"
+CONFIGURATION_REPORT = "retrieval_configuration.json"
 POINTER = "promoted.json"
 HISTORY = "history.jsonl"
 DEFAULT_KEEP = 3
@@ -100,6 +102,24 @@ class IndexVersion:
         path = self.path / EVALUATION_REPORT
         write_json(report, path)
         return path
+
+    def learned_configuration(self) -> dict[str, Any] | None:
+        """The tuning report ``retrieval_configuration`` wrote for this version, if any."""
+        path = self.path / CONFIGURATION_REPORT
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def write_learned_configuration(self, report: dict[str, Any]) -> Path:
+        path = self.path / CONFIGURATION_REPORT
+        write_json(report, path)
+        return path
+
+    def served_configuration(self) -> dict[str, Any] | None:
+        """The learned configuration this version serves with: only one the promotion gate passed
+        with (the evaluation report names it); None: the deployment's own settings."""
+        report = self.evaluation() or {}
+        if not (report.get("gate") or {}).get("passed"):
+            return None
+        return report.get("served_configuration")
 
 
 class IndexVersions:
@@ -207,14 +227,25 @@ class IndexVersions:
         candidates = (self.version(p.name) for p in self.versions_dir.iterdir() if p.is_dir())
         return {base for candidate in candidates if (base := candidate.delta_base)}
 
+    def best_promoted(self, gold: str) -> dict[str, float]:
+        """The best value of each metric that any version promoted through the gate reached on
+        the gold queries with fingerprint ``gold``: the floor a chain of small drops cannot pass."""
+        best: dict[str, float] = {}
+        for event in self.history():
+            if event.get("event") == "promoted" and event.get("gold") == gold:
+                for metric, value in (event.get("metrics") or {}).items():
+                    if isinstance(value, int | float):
+                        best[metric] = max(best.get(metric, value), value)
+        return best
+
     def quality_history(self) -> list[dict[str, Any]]:
-        """One row per complete version, oldest first: its default-configuration metrics, the
+        """One row per complete version, oldest first: the metrics of the configuration it serves, the
         gate's verdict and whether it serves now."""
         promoted = self.promoted()
         rows = []
         for version in self.sealed():
             manifest, report = version.manifest(), version.evaluation() or {}
-            metrics = (report.get("runs") or {}).get(report.get("default"), {})
+            metrics = (report.get("runs") or {}).get(report.get("served") or report.get("default"), {})
             gate = report.get("gate") or {}
             rows.append(
                 {

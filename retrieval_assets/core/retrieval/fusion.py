@@ -125,3 +125,19 @@ def fuse(
     if method == FusionMethod.SIMILARITY_RRF:
         return similarity_rrf_fusion(per_strategy, similarity_weight, rrf_k, weights)
     raise ValueError(f"unknown fusion method {method!r}; use one of {', '.join(FusionMethod)}")
+
+
+def blend_scores(first: Sequence[float], second: Sequence[float], weight: float) -> list[float]:
+    """``(1 - weight) * first + weight * second``, each min-max normalised over the list (the
+    cross-encoder blend of the reranked head with its first-stage scores)."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"blend weight must be in [0, 1], got {weight}")
+    if not first:
+        return []
+
+    def normalised(values: Sequence[float]) -> np.ndarray:
+        array = np.asarray(values, dtype=float)
+        spread = array.max() - array.min()
+        return (array - array.min()) / spread if spread > 0 else np.ones_like(array)
+
+    return ((1 - weight) * normalised(first) + weight * normalised(second)).tolist()

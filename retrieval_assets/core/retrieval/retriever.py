@@ -18,6 +18,7 @@ its time in ``result.timings_ms``:
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
@@ -45,9 +46,9 @@ from retrieval_assets.core.query.control_tags import parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
-from retrieval_assets.core.retrieval.fusion import fuse, reciprocal_rank_fusion
+from retrieval_assets.core.retrieval.fusion import blend_scores, fuse, reciprocal_rank_fusion
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms
-from retrieval_assets.core.settings import RetrievalSettings
+from retrieval_assets.core.settings import FusionSettings, RetrievalSettings
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStore, LexicalStore, SparseStore
 
 logger = logging.getLogger(__name__)
@@ -193,6 +194,60 @@ class HybridRetriever:
         )
 
     def run(self, request: SearchRequest) -> RetrievalResult:
+        trace = _Trace()
+        started = time.perf_counter()
+        plan, tags = self._plan(request, trace)
+        wanted = plan.strategies
+        candidates = self._retrieve_with_retries(plan, request)
+        if self.settings.graph.enabled and self._graph is not None and self._lexical is not None:
+            with trace.stage("graph"):
+                candidates = self._expand_graph(candidates, plan)
+        use_rerank = (self.settings.rerank.enabled if request.rerank is None else request.rerank) and not tags.no_rerank
+        reranked = False
+        if use_rerank and candidates:
+            if self._reranker is None:
+                raise ValueError("rerank was requested but no reranker is configured for this index")
+            with trace.stage("rerank"):
+                candidates = self._rerank(plan.query, candidates, trace)
+            reranked = True
+        trace.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
+        logger.info("query %r: %s", request.query, trace.diagnostics)
+        return RetrievalResult(
+            query=request.query,
+            hits=[_to_scored_hit(c) for c in candidates[: request.top_k]],
+            strategies=wanted,
+            fusion=plan.fusion if len(wanted) > 1 else "none",
+            reranked=reranked,
+            refine=tags.refine,
+            timings_ms=trace.timings_ms,
+            diagnostics=trace.diagnostics,
+        )
+
+    @property
+    def reranker(self) -> Reranker | None:
+        return self._reranker
+
+    def configured(self, settings: RetrievalSettings, reranker: Reranker | None = None) -> HybridRetriever:
+        """The same indexes, models and threads answering with other settings (a learned
+        configuration) and optionally another reranker; closing this retriever closes the view too."""
+        view = copy.copy(self)
+        view.settings = settings
+        view._reranker = reranker or self._reranker
+        return view
+
+    def strategy_hits(self, request: SearchRequest) -> tuple[dict[str, list[StoreHit]], Callable[[StoreHit], str], set[str]]:
+        """What the first stage would fuse for ``request``, before fusion: each strategy's hits
+        (``request.top_k`` deep, best first), the key hits collapse on, and the excluded ids.
+        ``document_rankings`` over a prefix of these lists is exactly what a search with that
+        candidate depth fuses, so a tuner can replay fusion settings without searching again."""
+        plan, _ = self._plan(request, _Trace())
+        plan.depth = request.top_k + len(plan.excluded)
+        expand = self.settings.expansion.enabled if request.expand is None else request.expand
+        terms = self._expansion_terms(plan.query, 1 if expand else 0, plan.tenants)
+        return self._search_strategies(plan, plan.query, terms), self._collapse_key, plan.excluded
+
+    def _plan(self, request: SearchRequest, trace: _Trace) -> tuple[_Plan, Any]:
+        """Parse the query (tags, filters, tenant, more-like-this, context tokens) into a plan."""
         if not request.query or not request.query.strip():
             raise ValueError("query must be a non-empty string")
         wanted = list(request.strategies or self.settings.strategies)
@@ -201,9 +256,6 @@ class HybridRetriever:
             raise ValueError(
                 f"strategies {', '.join(missing)} are not available; this index serves {', '.join(self._searchers)}"
             )
-        trace = _Trace()
-        started = time.perf_counter()
-
         with trace.stage("parse"):
             tags = parse_control_tags(request.query)
             tenants = tenant_scope(request)
@@ -229,30 +281,7 @@ class HybridRetriever:
             trace=trace,
             tenants=tenants,
         )
-        candidates = self._retrieve_with_retries(plan, request)
-        if self.settings.graph.enabled and self._graph is not None and self._lexical is not None:
-            with trace.stage("graph"):
-                candidates = self._expand_graph(candidates, plan)
-        use_rerank = (self.settings.rerank.enabled if request.rerank is None else request.rerank) and not tags.no_rerank
-        reranked = False
-        if use_rerank and candidates:
-            if self._reranker is None:
-                raise ValueError("rerank was requested but no reranker is configured for this index")
-            with trace.stage("rerank"):
-                candidates = self._rerank(semantic, candidates, trace)
-            reranked = True
-        trace.timings_ms["total_ms"] = (time.perf_counter() - started) * 1000
-        logger.info("query %r: %s", request.query, trace.diagnostics)
-        return RetrievalResult(
-            query=request.query,
-            hits=[_to_scored_hit(c) for c in candidates[: request.top_k]],
-            strategies=wanted,
-            fusion=plan.fusion if len(wanted) > 1 else "none",
-            reranked=reranked,
-            refine=tags.refine,
-            timings_ms=trace.timings_ms,
-            diagnostics=trace.diagnostics,
-        )
+        return plan, tags
 
     # -- query understanding --------------------------------------------------------------------
 
@@ -388,7 +417,16 @@ class HybridRetriever:
         return self._lexical.count() if self._lexical is not None else 0
 
     def _search_and_fuse(self, plan: _Plan, query: str, expansion_terms: dict[str, float]) -> list[_Candidate]:
-        """Run the strategies in parallel (reusing what this request already ran) and fuse."""
+        per_strategy = self._search_strategies(plan, query, expansion_terms)
+        with plan.trace.stage("fusion"):
+            candidates = self._fuse(per_strategy, plan)
+        plan.trace.diagnostics["candidates"] = {name: len(hits) for name, hits in per_strategy.items()}
+        return candidates
+
+    def _search_strategies(
+        self, plan: _Plan, query: str, expansion_terms: dict[str, float]
+    ) -> dict[str, list[StoreHit]]:
+        """Run the strategies in parallel, reusing what this request already ran."""
         futures = {}
         per_strategy: dict[str, list[StoreHit]] = {}
         for name in plan.strategies:
@@ -416,38 +454,25 @@ class HybridRetriever:
                 cpu = plan.trace.diagnostics.setdefault("encoder_cpu_ms", {})
                 cpu[name] = cpu.get(name, 0.0) + encode_cpu_ms
             plan.trace.diagnostics.update(notes)
-        with plan.trace.stage("fusion"):
-            candidates = self._fuse(per_strategy, plan)
-        plan.trace.diagnostics["candidates"] = {name: len(hits) for name, hits in per_strategy.items()}
-        return candidates
+        return per_strategy
+
+    @property
+    def _collapse_key(self) -> Callable[[StoreHit], str]:
+        """One hit per document, or per chunk when chunks are not collapsed."""
+        return (lambda h: h.payload["doc_id"]) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
 
     def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], plan: _Plan) -> list[_Candidate]:
-        key = (lambda h: h.payload["doc_id"]) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
-        scored: dict[str, list[tuple[str, float]]] = {}
+        rankings = document_rankings(per_strategy, self._collapse_key, plan.excluded)
         provenance: dict[str, dict[str, StrategyScore]] = {}
         best_hit: dict[str, tuple[int, StoreHit]] = {}
-        for name, hits in per_strategy.items():
-            ranking: list[tuple[str, float]] = []
-            seen: set[str] = set()
-            for hit in hits:  # hits arrive best first; keep each key's best chunk
-                item = key(hit)
-                if item in seen or hit.payload["doc_id"] in plan.excluded or hit.chunk_id in plan.excluded:
-                    continue
-                seen.add(item)
-                ranking.append((item, hit.score))
-                rank = len(ranking)
+        for name, ranking in rankings.items():
+            for rank, (item, hit) in enumerate(ranking, start=1):
                 # Hundreds per query and built from our own values: construct without validation.
                 provenance.setdefault(item, {})[name] = StrategyScore.model_construct(score=hit.score, rank=rank)
                 if item not in best_hit or rank < best_hit[item][0]:
                     best_hit[item] = (rank, hit)
-            scored[name] = ranking
-        fusion = self.settings.fusion
-        if len(scored) == 1:  # one strategy: its own scores, not a fusion of one
-            fused = next(iter(scored.values()))
-        else:
-            fused = fuse(
-                scored, plan.fusion, rrf_k=fusion.rrf_k, weights=fusion.weights, similarity_weight=fusion.similarity_weight
-            )
+        scored = {name: [(item, hit.score) for item, hit in ranking] for name, ranking in rankings.items()}
+        fused = fuse_rankings(scored, plan.fusion, self.settings.fusion)
         return [_Candidate(item, best_hit[item][1], score, provenance[item]) for item, score in fused]
 
     # -- graph and rerank -----------------------------------------------------------------------
@@ -500,7 +525,10 @@ class HybridRetriever:
         by_rerank = sorted(head, key=lambda c: (-c.strategy_scores["rerank"].score, c.first_stage_rank))
         for rank, candidate in enumerate(by_rerank, start=1):
             candidate.strategy_scores["rerank"].rank = rank
-        if rerank.fuse_with_first_stage:
+        if rerank.blend_weight is not None:
+            blended = blend_scores([c.score for c in head], scores, rerank.blend_weight)
+            order = [_rescored(c, b) for c, b in sorted(zip(head, blended, strict=True), key=lambda cb: -cb[1])]
+        elif rerank.fuse_with_first_stage:
             fused = reciprocal_rank_fusion(
                 {"first_stage": [c.key for c in head], "rerank": [c.key for c in by_rerank]}, k=self.settings.fusion.rrf_k
             )
@@ -543,6 +571,34 @@ class HybridRetriever:
             self._reformulator.close()
         for store in self._stores:
             store.close()
+
+
+def document_rankings(
+    per_strategy: Mapping[str, Sequence[StoreHit]], key: Callable[[StoreHit], str], excluded: set[str]
+) -> dict[str, list[tuple[str, StoreHit]]]:
+    """Each strategy's hits (best first) as a ranking of keys, each key's best hit once, without
+    excluded documents or chunks."""
+    rankings = {}
+    for name, hits in per_strategy.items():
+        ranking: list[tuple[str, StoreHit]] = []
+        seen: set[str] = set()
+        for hit in hits:
+            item = key(hit)
+            if item in seen or hit.payload["doc_id"] in excluded or hit.chunk_id in excluded:
+                continue
+            seen.add(item)
+            ranking.append((item, hit))
+        rankings[name] = ranking
+    return rankings
+
+
+def fuse_rankings(
+    scored: Mapping[str, Sequence[tuple[str, float]]], method: FusionMethod, settings: FusionSettings
+) -> list[tuple[str, float]]:
+    """The first stage's fusion of per-strategy rankings: one strategy keeps its own scores."""
+    if len(scored) == 1:
+        return list(next(iter(scored.values())))
+    return fuse(scored, method, rrf_k=settings.rrf_k, weights=settings.weights, similarity_weight=settings.similarity_weight)
 
 
 def tenant_scope(request: SearchRequest) -> frozenset[str] | None:

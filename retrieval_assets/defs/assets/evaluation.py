@@ -1,7 +1,8 @@
 """Evaluation of the candidate version against the gold queries, and its gated promotion.
 
 ``retrieval_evaluation`` measures the candidate through the same query resource that serves
-queries, and records the gate's verdict next to the version. Its ``promotion_gate`` check is
+queries, with the configuration it would serve (the learned one when ``retrieval_configuration``
+adopted it), and records the gate's verdict next to the version. Its ``promotion_gate`` check is
 blocking: when it fails, ``promoted_index`` does not run and serving stays on the promoted version.
 """
 
@@ -28,6 +29,8 @@ from retrieval_assets.core.evaluation.benchmark import (
     summarize,
 )
 from retrieval_assets.core.evaluation.gate import LATENCY_METRIC, QUALITY_METRICS, GateDecision, decide
+from retrieval_assets.core.evaluation.metrics import EvaluationReport
+from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration, TuningResult, gold_fingerprint
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL
@@ -54,7 +57,9 @@ def _table(frame: pd.DataFrame) -> MetadataValue:
     return preview(frame, rows=len(frame))
 
 
-_GATE_COLUMNS = ["metric", "candidate", "promoted", "floor", "allowed_drop", "budget"]
+_GATE_COLUMNS = [
+    "metric", "candidate", "promoted", "best_ever", "floor", "allowed_drop", "ci_low", "ci_high", "p_value", "budget"
+]
 
 
 def _gate_table(decision: GateDecision) -> MetadataValue:
@@ -64,7 +69,8 @@ def _gate_table(decision: GateDecision) -> MetadataValue:
 
 
 def _gate_numbers(decision: GateDecision) -> dict[str, float]:
-    """The candidate's gated metrics and their differences from the promoted version, as floats that plot."""
+    """The candidate's gated metrics, their differences from the promoted version and, per query,
+    the paired test's interval and p-value, as floats that plot over time."""
     numbers: dict[str, float] = {}
     for metric in (*QUALITY_METRICS, LATENCY_METRIC):
         values = decision.comparison.get(metric, {})
@@ -73,7 +79,23 @@ def _gate_numbers(decision: GateDecision) -> dict[str, float]:
             numbers[f"candidate/{metric}"] = float(candidate)
             if promoted is not None:
                 numbers[f"vs_promoted/{metric}"] = round(float(candidate) - float(promoted), 6)
+    for metric, difference in decision.paired.items():
+        numbers |= {
+            f"ci_low/{metric}": round(difference.ci_low, 6),
+            f"ci_high/{metric}": round(difference.ci_high, 6),
+            f"p_value/{metric}": round(difference.p_value, 6),
+            f"queries_better/{metric}": difference.wins,
+            f"queries_worse/{metric}": difference.losses,
+        }
     return numbers
+
+
+# The name the learned configuration is evaluated and reported under, and its held-out estimate's.
+TUNED, TUNED_CV = "tuned", "tuned_cv"
+
+
+def _per_query(report: EvaluationReport) -> dict[str, dict[str, float]]:
+    return {q.query_id: {"ndcg@10": q.ndcg_at_10, "recall@100": q.recall_at_100} for q in report.per_query}
 
 
 def _history_table(versions: IndexVersions) -> MetadataValue:
@@ -98,6 +120,8 @@ def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previ
     kinds={"python"},
     owners=OWNERS,
     code_version="1",
+    # Reads the configuration learned for the candidate from the version directory.
+    deps=["retrieval_configuration"],
     check_specs=[
         AssetCheckSpec(
             "promotion_gate",
@@ -124,11 +148,15 @@ def retrieval_evaluation(
         raise VersionError(f"candidate {candidate.id} is not sealed: its backends disagree; re-run the index build")
     promoted = versions.promoted()
     previous_report = promoted.evaluation() if promoted and promoted.id != candidate.id else None
-    previous = (previous_report or {}).get("runs", {}).get(DEFAULT_CONFIGURATION)
+    previous_served = (previous_report or {}).get("served") or (previous_report or {}).get("default")
+    previous = (previous_report or {}).get("runs", {}).get(previous_served)
+    learned = candidate.learned_configuration() or {}
+    served = TUNED if learned.get("adopted") else DEFAULT_CONFIGURATION
 
     gold = catalog.gold()
     summary: dict[str, dict[str, float]] = {}
-    metadata: dict[str, Any] = {"version": candidate.id, "evaluated": gold is not None}
+    per_query: dict[str, dict[str, float]] = {}
+    metadata: dict[str, Any] = {"version": candidate.id, "evaluated": gold is not None, "served": served}
     with stopwatch() as timer:
         if gold is None:
             context.log.warning("the catalog has no gold queries (set gold_path): the gate decides on checks alone")
@@ -138,36 +166,66 @@ def retrieval_evaluation(
                 raise ValueError(f"unknown configurations {sorted(unknown)}; known: {sorted(CONFIGURATIONS)}")
             names = [DEFAULT_CONFIGURATION, *(n for n in config.configurations if n != DEFAULT_CONFIGURATION)]
             try:
+                # The named configurations change the deployment's settings, not a learned configuration.
+                deployment = search.retriever(candidate.id).configured(search.retrieval_settings())
+                configurations = {name: CONFIGURATIONS[name] for name in names}
+                if served == TUNED:
+                    tuned = RetrievalConfiguration.model_validate(learned["configuration"])
+                    context.log.info(f"evaluating the learned configuration as {TUNED!r}: {learned['reason']}")
                 reports = evaluate_configurations(
-                    search.retriever(candidate.id),
+                    deployment,
                     gold,
-                    {name: CONFIGURATIONS[name] for name in names},
+                    configurations,
                     progress=lambda label: log_progress(context, label, every_percent=25),
                 )
+                if served == TUNED:
+                    reports |= evaluate_configurations(
+                        deployment.configured(tuned.apply(deployment.settings)),
+                        gold,
+                        {TUNED: {}},
+                        progress=lambda label: log_progress(context, label, every_percent=25),
+                    )
             finally:
                 # Released before promotion: a serving process opens the promoted qdrant-edge
                 # shard as soon as the pointer moves, and only one process may hold it.
                 search.close()
             summary = {name: summarize(report) for name, report in reports.items()}
-            default = reports[DEFAULT_CONFIGURATION]
-            histogram = pd.DataFrame(ndcg_histogram(default), columns=["ndcg@10", "queries"])
+            if learned.get("folds"):
+                summary[TUNED_CV] = TuningResult.model_validate(learned).cross_validated()
+            gated = reports[served]
+            per_query = _per_query(gated)
+            histogram = pd.DataFrame(ndcg_histogram(gated), columns=["ndcg@10", "queries"])
             metadata |= {
-                "queries": default.queries,
-                "configuration": DEFAULT_CONFIGURATION,
-                "options": MetadataValue.json(CONFIGURATIONS[DEFAULT_CONFIGURATION]),
-                **{metric: MetadataValue.float(value) for metric, value in summary[DEFAULT_CONFIGURATION].items()},
+                "queries": gated.queries,
+                "configuration": served,
+                "options": MetadataValue.json(learned["configuration"] if served == TUNED else CONFIGURATIONS[served]),
+                **{metric: MetadataValue.float(value) for metric, value in summary[served].items()},
                 "configurations": _table(pd.DataFrame(summary).T.rename_axis("configuration").reset_index()),
                 "ndcg@10_distribution": _table(histogram),
             }
-    decision = decide(summary.get(DEFAULT_CONFIGURATION), previous, gate.settings())
+    fingerprint = gold_fingerprint(gold) if gold is not None else None
+    best_ever = versions.best_promoted(fingerprint) if fingerprint else {}
+    same_gold = previous_report is not None and previous_report.get("gold") == fingerprint
+    decision = decide(
+        summary.get(served),
+        previous,
+        gate.settings(),
+        candidate_queries=per_query,
+        promoted_queries=(previous_report or {}).get("per_query") if same_gold else None,
+        best_ever={metric: best_ever[metric] for metric in QUALITY_METRICS if metric in best_ever},
+    )
     report_path = candidate.write_evaluation(
         {
             "version": candidate.id,
             "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "default": DEFAULT_CONFIGURATION,
+            "served": served,
+            "served_configuration": learned.get("configuration") if served == TUNED else None,
+            "gold": fingerprint,
             "runs": summary,
+            "per_query": per_query,
             "compared_with": promoted.id if previous else None,
-            "gate": decision.model_dump(),
+            "gate": decision.model_dump(mode="json"),
         }
     )
     if not decision.passed:
@@ -191,6 +249,7 @@ def retrieval_evaluation(
                     "candidate_vs_promoted": _gate_table(decision),
                     "failed_gates": len(decision.reasons),
                     **_gate_numbers(decision),
+                    **({"per_query_losses_and_wins": _table(pd.DataFrame(decision.changes))} if decision.changes else {}),
                 },
             )
         ],
@@ -220,8 +279,10 @@ def promoted_index(
     current = versions.promoted()
     servers = storage.servers()
     if current is None or current.id != candidate.id:
-        metrics = report["runs"].get(report["default"])
-        switch_serving(versions, servers, candidate, reason="passed the promotion gate", metrics=metrics)
+        metrics = report["runs"].get(report.get("served") or report["default"])
+        switch_serving(
+            versions, servers, candidate, reason="passed the promotion gate", metrics=metrics, gold=report.get("gold")
+        )
         context.log.info(f"promoted {candidate.id} (was {current.id if current else 'nothing'})")
     pruned = versions.prune(storage.keep_versions)
     for version_id in pruned if servers else ():
