@@ -18,7 +18,7 @@ import numpy as np
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressFactory
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.evaluation.metrics import EvaluationReport, evaluate, latency_percentiles
+from retrieval_assets.core.evaluation.metrics import EVAL_DEPTH, EvaluationReport, evaluate, latency_percentiles
 from retrieval_assets.core.ingest.catalog import GoldSet
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 
@@ -39,7 +39,6 @@ CONFIGURATIONS: dict[str, dict[str, Any]] = {
     "hybrid+rerank": {"rerank": True},
 }
 DEFAULT_CONFIGURATION = "hybrid"
-EVAL_DEPTH = 100  # deep enough for recall@100
 
 
 

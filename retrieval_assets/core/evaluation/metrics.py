@@ -15,6 +15,7 @@ from retrieval_assets.core.embed.base import ProgressCallback
 RECALL_CUTOFFS = (10, 100)
 NDCG_CUTOFF = 10
 MRR_CUTOFF = 10
+EVAL_DEPTH = max(RECALL_CUTOFFS)  # results judged per query: deep enough for the deepest recall
 
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Sequence[str]]  # query id -> doc ids, best first

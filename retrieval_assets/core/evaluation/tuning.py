@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.evaluation.metrics import latency_percentiles, score_run
+from retrieval_assets.core.evaluation.metrics import EVAL_DEPTH, latency_percentiles, score_run
 from retrieval_assets.core.evaluation.significance import paired_difference
 from retrieval_assets.core.ingest.catalog import GoldSet
 from retrieval_assets.core.models import FusionMethod, SearchRequest, StoreHit, Strategy
@@ -38,7 +38,6 @@ from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever, document_rankings, fuse_rankings
 from retrieval_assets.core.settings import RetrievalSettings
 
-EVAL_DEPTH = 100  # results judged per query: deep enough for recall@100
 Progress = Callable[[str], None]
 
 
@@ -79,7 +78,7 @@ class RetrievalConfiguration(BaseModel):
     def of(cls, settings: RetrievalSettings) -> RetrievalConfiguration:
         return cls(
             fusion=settings.fusion.method,
-            weights={s.value: settings.fusion.weights.get(s.value, 1.0) for s in settings.strategies},
+            weights={Strategy(s).value: settings.fusion.weights.get(Strategy(s).value, 1.0) for s in settings.strategies},
             candidates_per_strategy=settings.candidates_per_strategy,
             multi_query=settings.multi_query.enabled,
             rerank_blend=settings.rerank.blend_weight,
@@ -201,7 +200,8 @@ class _Captured:
         }
 
     def run(self, configuration: RetrievalConfiguration, base: RetrievalSettings) -> list[str]:
-        depth = configuration.candidates_per_strategy + self.excluded
+        # As the retriever searches: never fewer candidates than the results asked for.
+        depth = max(configuration.candidates_per_strategy, EVAL_DEPTH) + self.excluded
         scored, doc_of = {}, {}
         for strategy in configuration.strategies:
             ranking = [entry for entry in self.rankings.get(strategy.value, []) if entry[2] < depth]
@@ -243,7 +243,7 @@ class ConfigurationLearner:
         return [s.value for s in self._retriever.available_strategies]
 
     def _capture(self) -> None:
-        depth = max([*self.settings.depths, self.default.candidates_per_strategy])
+        depth = max([*self.settings.depths, self.default.candidates_per_strategy, EVAL_DEPTH])
         strategies = [Strategy(s) for s in self._strategies()]
         for done, qid in enumerate(self._qids, start=1):
             request = SearchRequest(query=self._gold.queries[qid], top_k=depth, strategies=strategies)

@@ -88,7 +88,9 @@ def test_gate_floors_drops_latency_and_missing_gold() -> None:
 
     worse = decide({**good, "ndcg@10": 0.65}, good, settings)
     assert not worse.passed and "below the promoted 0.7000" in worse.reasons[0]
-    assert worse.comparison["ndcg@10"] == {"candidate": 0.65, "promoted": 0.70, "floor": 0.3, "allowed_drop": 0.01}
+    assert worse.comparison["ndcg@10"] == {
+        "candidate": 0.65, "promoted": 0.70, "best_ever": None, "floor": 0.3, "allowed_drop": 0.01
+    }
     broken = decide({"ndcg@10": 0.05, "recall@100": 0.1, "p95_ms": 250.0}, None, settings)
     assert len(broken.reasons) == 3 and "budget" in broken.reasons[-1]
 
