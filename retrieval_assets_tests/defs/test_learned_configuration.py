@@ -1,0 +1,115 @@
+"""The learned configuration through Dagster: ``evaluation_job`` learns it (``retrieval_configuration``),
+the gate judges the candidate with it, and the query resource serves with it only once the gate
+passed with it; the document update job's setting takes the promoted version's configuration."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+
+from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.defs.jobs import DOCUMENT_UPDATE_CONFIG, EVALUATION
+from retrieval_assets.defs.resources import CatalogResource, SearchResource
+from retrieval_assets.runs import deployment_resources, run_selection
+from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
+from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
+from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets_tests.core.evaluation.gold_catalog import write_gold_catalog
+
+# Guards that let any training gain through, so that a change is learned from forty queries.
+PERMISSIVE = {"folds": 4, "min_queries": 10, "depths": [100], "weights": [0.0, 1.0], "min_gain": 0.0, "significance": 0.99}
+
+
+def _evaluate(home: Path, catalog: Path, version: str, instance: DagsterInstance, tuning: dict) -> dict:
+    resources = deployment_resources(home, CatalogResource(format="beir", path=str(catalog)))
+    # A deployment configured with its weakest strategy alone: there is something to learn.
+    resources["search"] = SearchResource(storage=resources["storage"], models=resources["models"], strategies=["splade"])
+    run = run_selection(
+        EVALUATION,
+        resources,
+        instance,
+        tags={EVALUATED_VERSION_TAG: version},
+        run_config={
+            "ops": {
+                "retrieval_evaluation": {"config": {"configurations": ["bm25"]}},
+                "retrieval_configuration": {"config": tuning},
+            }
+        },
+    )
+    assert run.success, run.run_id
+    return {
+        event.asset_key.path[-1]: {k: v.value for k, v in event.materialization.metadata.items()}
+        for event in run.get_asset_materialization_events()
+    }
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("learned")
+    catalog = write_gold_catalog(root / "catalog")
+    home = root / "home"
+    _, version = build_catalog(home, catalog, catalog_format="beir")
+    instance = DagsterInstance.ephemeral()
+    metadata = _evaluate(home, catalog, version.id, instance, PERMISSIVE)
+    return {"root": root, "home": home, "catalog": catalog, "version": version, "instance": instance, "metadata": metadata}
+
+
+def test_the_learned_configuration_is_evaluated_gated_and_promoted(deployment: dict) -> None:
+    version, metadata = deployment["version"], deployment["metadata"]
+    learned = version.learned_configuration()
+    assert learned["adopted"], learned["reason"]
+    shown = metadata["retrieval_configuration"]
+    assert shown["adopted"] is True and shown["configuration"] and shown["tuned_cv/ndcg@10"] > 0
+    assert len(shown["folds"].records) == 4
+    assert "held_out_ndcg@10" in [column.name for column in shown["folds"].schema.columns]
+
+    report = version.evaluation()
+    assert report["served"] == "tuned" and report["served_configuration"] == learned["configuration"]
+    assert {"tuned", "tuned_cv", "hybrid", "bm25"} <= set(report["runs"])
+    assert report["gate"]["passed"] and len(report["per_query"]) == 40
+    assert metadata["retrieval_evaluation"]["configuration"] == "tuned"
+    assert IndexVersions(deployment["home"] / "indexes").promoted().id == version.id
+
+
+def test_serving_uses_the_configuration_the_gate_passed_with(deployment: dict) -> None:
+    resources = deployment_resources(deployment["home"], CatalogResource(format="beir", path=str(deployment["catalog"])))
+    learned = RetrievalConfiguration.model_validate(deployment["version"].learned_configuration()["configuration"])
+    for enabled, strategies in ((True, learned.strategies), (False, ["splade"])):
+        search = SearchResource(
+            storage=resources["storage"], models=resources["models"], strategies=["splade"], learned_configuration=enabled
+        )
+        try:
+            assert search.retriever().settings.strategies == strategies
+            assert search.search("vitamin D and bone density").strategies == strategies
+        finally:
+            search.close()
+
+
+def test_a_refused_version_does_not_serve_its_configuration(deployment: dict) -> None:
+    version = deployment["version"]
+    report = version.evaluation()
+    assert version.served_configuration() == report["served_configuration"]
+    version.write_evaluation({**report, "gate": {**report["gate"], "passed": False}})
+    try:
+        assert version.served_configuration() is None
+    finally:
+        version.write_evaluation(report)
+
+
+def test_the_document_update_job_takes_the_promoted_configuration(deployment: dict) -> None:
+    # Another candidate (one distractor fewer) judged with the document update job's setting.
+    changed = deployment["root"] / "changed"
+    shutil.copytree(deployment["catalog"], changed)
+    lines = (changed / "corpus.jsonl").read_text().splitlines()
+    (changed / "corpus.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    _, candidate = build_catalog(deployment["home"], changed, catalog_format="beir")
+    assert candidate.id != deployment["version"].id
+    tuning = {**PERMISSIVE, **DOCUMENT_UPDATE_CONFIG["ops"]["retrieval_configuration"]["config"]}
+    metadata = _evaluate(deployment["home"], changed, candidate.id, deployment["instance"], tuning)
+    learned = candidate.learned_configuration()
+    assert learned["reused_from"] == deployment["version"].id and learned["reason"].startswith("reused from")
+    assert learned["configuration"] == deployment["version"].learned_configuration()["configuration"]
+    assert metadata["retrieval_configuration"]["tuning_seconds"] == deployment["version"].learned_configuration()["seconds"]
