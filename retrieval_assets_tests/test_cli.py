@@ -108,6 +108,11 @@ def test_run_builds_evaluates_and_promotes_a_version(run_home):
     assert "Promotion gate: passed" in result.stdout
     assert f"Serving: {promoted.id}" in result.stdout
     assert f"Candidate {promoted.id}" in result.stdout
+    # The bundled catalog's 60 gold queries are enough to learn a configuration by 5-fold
+    # cross-validation; its held-out estimate is reported beside the named configurations.
+    learned = promoted.learned_configuration()
+    assert learned is not None and len(learned["folds"]) == 5 and learned["queries"] == 60
+    assert "tuned_cv" in promoted.evaluation()["runs"] and "tuned_cv: " in result.stdout
     # The runs were recorded on the instance under DAGSTER_HOME, where `dagster dev` shows them.
     instance = DagsterInstance.from_config(run_home["env"]["DAGSTER_HOME"])
     jobs = {run.job_name for run in instance.get_runs()}

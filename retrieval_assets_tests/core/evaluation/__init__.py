@@ -1,1 +1,1 @@
-"""Fusion and evaluation metrics."""
+"""Fusion, evaluation metrics, the gate's statistics and the configuration learner."""
