@@ -40,10 +40,13 @@ def _evaluate(home: Path, catalog: Path, version: str, instance: DagsterInstance
         },
     )
     assert run.success, run.run_id
-    return {
+    metadata = {
         event.asset_key.path[-1]: {k: v.value for k, v in event.materialization.metadata.items()}
         for event in run.get_asset_materialization_events()
     }
+    for check in run.get_asset_check_evaluations():
+        metadata[check.check_name] = {k: v.value for k, v in check.metadata.items()}
+    return metadata
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +116,8 @@ def test_the_document_update_job_takes_the_promoted_configuration(deployment: di
     assert learned["reused_from"] == deployment["version"].id and learned["reason"].startswith("reused from")
     assert learned["configuration"] == deployment["version"].learned_configuration()["configuration"]
     assert metadata["retrieval_configuration"]["tuning_seconds"] == deployment["version"].learned_configuration()["seconds"]
+    # The gate compared the candidate with the promoted version query by query, on the same gold queries.
+    gate = metadata["promotion_gate"]
+    assert gate["ci_low/ndcg@10"] <= gate["ci_high/ndcg@10"] and 0.0 <= gate["p_value/ndcg@10"] <= 1.0
+    assert {"queries_worse/ndcg@10", "queries_better/ndcg@10", "p_value/recall@100"} <= set(gate)
+    assert candidate.evaluation()["gate"]["comparison"]["ndcg@10"]["best_ever"] is not None
