@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance
 
+from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
 from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
 from retrieval_assets.defs.jobs import DOCUMENT_UPDATE_CONFIG, EVALUATION
 from retrieval_assets.defs.resources import CatalogResource, SearchResource
 from retrieval_assets.runs import deployment_resources, run_selection
-from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
-from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
 from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets_tests.core.evaluation.gold_catalog import write_gold_catalog
 

@@ -5,14 +5,18 @@ a configuration that does gain is adopted."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from retrieval_assets.core.evaluation.metrics import EVAL_DEPTH
-from retrieval_assets.core.evaluation.tuning import ConfigurationLearner, RetrievalConfiguration, TuningSettings, fold_of
+from retrieval_assets.core.evaluation.tuning import (
+    ConfigurationLearner,
+    RetrievalConfiguration,
+    TuningSettings,
+    fold_of,
+)
 from retrieval_assets.core.ingest.catalog import GoldSet, load_gold
 from retrieval_assets.core.models import FusionMethod
+from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.runs import deployment_resources
@@ -131,3 +135,37 @@ def test_fold_assignment_is_stable_and_balanced() -> None:
     assert folds == fold_of(list(reversed(ids)), 5)
     sizes = [list(folds.values()).count(f) for f in range(5)]
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 23
+
+
+def _reranking(retriever: HybridRetriever, blend: float | None, reranker=None) -> HybridRetriever:
+    rerank = retriever.settings.rerank.model_copy(update={"enabled": True, "blend_weight": blend})
+    return retriever.configured(retriever.settings.model_copy(update={"rerank": rerank}), reranker=reranker)
+
+
+def test_the_rerank_blend_spans_the_first_stage_and_the_cross_encoder(indexed) -> None:
+    retriever, gold = indexed
+    query = next(iter(gold.queries.values()))
+    first_stage = [hit.doc_id for hit in retriever.search(query, top_k=10).hits]
+    by_cross_encoder = [hit.doc_id for hit in _reranking(retriever, None).search(query, top_k=10).hits]
+    assert by_cross_encoder != first_stage
+    assert [hit.doc_id for hit in _reranking(retriever, 0.0).search(query, top_k=10).hits] == first_stage
+    assert [hit.doc_id for hit in _reranking(retriever, 1.0).search(query, top_k=10).hits] == by_cross_encoder
+
+
+class CountingReranker(Reranker):
+    def __init__(self, inner: Reranker) -> None:
+        self.model_name, self.inner, self.pairs = inner.model_name, inner, []
+
+    def score(self, query, passages):
+        self.pairs += [(query, passage) for passage in passages]
+        return self.inner.score(query, passages)
+
+
+def test_a_reranking_deployment_learns_its_blend_scoring_each_pair_once(indexed) -> None:
+    retriever, gold = indexed
+    few = GoldSet(queries=dict(list(gold.queries.items())[:12]), qrels=gold.qrels)
+    counting = CountingReranker(retriever.reranker)
+    settings = QUICK.model_copy(update={"folds": 2, "weights": [0.0, 1.0], "depths": [100]})
+    result = ConfigurationLearner(_reranking(retriever, None, counting), few, settings).run()
+    assert {fold.configuration.rerank_blend for fold in result.folds} <= {None, *settings.blend_weights}
+    assert counting.pairs and len(counting.pairs) == len(set(counting.pairs))
