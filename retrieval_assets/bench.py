@@ -65,7 +65,6 @@ def run_benchmark(dataset: Path, workdir: Path, rerank: bool = True) -> dict[str
         # ``tuned_cv``: each query scored with the configuration learned on the other folds.
         "runs": report["runs"],
         "default": report["default"],
-        "served": report["served"],
     }
 
 

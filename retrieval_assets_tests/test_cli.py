@@ -261,5 +261,7 @@ def test_bench_prints_figures_as_the_last_json_line(tiny_beir, tmp_path):
     assert figures["docs"] == parseable and figures["queries"] == 5
     assert "hybrid" in figures["runs"] and figures["default"] == "hybrid"
     assert not any("rerank" in name for name in figures["runs"])
+    # Five gold queries are too few to cross-validate (fewer than 50): no tuned_cv figure.
+    assert "tuned_cv" not in figures["runs"]
     # --workdir keeps the built version there.
     assert IndexVersions(workdir / "indexes").sealed()
