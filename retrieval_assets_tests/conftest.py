@@ -51,3 +51,16 @@ def write_tiny_beir(root: Path) -> Path:
     lines = [json.dumps(d) for d in docs] + ['{"_id": "broken", "text": ']
     (root / "corpus.jsonl").write_text("\n".join(lines) + "\n")
     return root
+
+
+@pytest.fixture(scope="session")
+def gold_build(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A catalog with forty gold queries (enough to cross-validate on), built once through the
+    build job: its root, catalog, home and sealed version (not yet evaluated)."""
+    from retrieval_assets_tests.builds import build_catalog
+    from retrieval_assets_tests.core.evaluation.gold_catalog import write_gold_catalog
+
+    root = tmp_path_factory.mktemp("gold_build")
+    catalog = write_gold_catalog(root / "catalog")
+    _, version = build_catalog(root / "home", catalog, catalog_format="beir")
+    return {"root": root, "catalog": catalog, "home": root / "home", "version": version}

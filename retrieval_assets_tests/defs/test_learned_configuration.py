@@ -17,7 +17,6 @@ from retrieval_assets.defs.jobs import DOCUMENT_UPDATE_CONFIG, EVALUATION
 from retrieval_assets.defs.resources import CatalogResource, SearchResource
 from retrieval_assets.runs import deployment_resources, run_selection
 from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets_tests.core.evaluation.gold_catalog import write_gold_catalog
 
 # Guards that let any training gain through, so that a change is learned from forty queries.
 PERMISSIVE = {"folds": 4, "min_queries": 10, "depths": [100], "weights": [0.0, 1.0], "min_gain": 0.0, "significance": 0.99}
@@ -50,11 +49,8 @@ def _evaluate(home: Path, catalog: Path, version: str, instance: DagsterInstance
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("learned")
-    catalog = write_gold_catalog(root / "catalog")
-    home = root / "home"
-    _, version = build_catalog(home, catalog, catalog_format="beir")
+def deployment(gold_build: dict) -> dict:
+    root, catalog, home, version = gold_build["root"], gold_build["catalog"], gold_build["home"], gold_build["version"]
     instance = DagsterInstance.ephemeral()
     metadata = _evaluate(home, catalog, version.id, instance, PERMISSIVE)
     return {"root": root, "home": home, "catalog": catalog, "version": version, "instance": instance, "metadata": metadata}

@@ -20,19 +20,15 @@ from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.runs import deployment_resources
-from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets_tests.core.evaluation.gold_catalog import write_gold_catalog
 
 QUICK = TuningSettings(folds=4, min_queries=10, depths=[10, 100], weights=[0.0, 0.5, 1.0, 2.0])
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("tuning")
-    catalog = write_gold_catalog(root / "catalog")
-    _, version = build_catalog(root / "home", catalog, catalog_format="beir")
-    search = deployment_resources(root / "home", CatalogResource(format="beir", path=str(catalog)))["search"]
-    yield search.retriever(version.id), load_gold(catalog)
+def indexed(gold_build: dict):
+    catalog = gold_build["catalog"]
+    search = deployment_resources(gold_build["home"], CatalogResource(format="beir", path=str(catalog)))["search"]
+    yield search.retriever(gold_build["version"].id), load_gold(catalog)
     search.close()
 
 
@@ -163,9 +159,9 @@ class CountingReranker(Reranker):
 
 def test_a_reranking_deployment_learns_its_blend_scoring_each_pair_once(indexed) -> None:
     retriever, gold = indexed
-    few = GoldSet(queries=dict(list(gold.queries.items())[:12]), qrels=gold.qrels)
+    few = GoldSet(queries=dict(list(gold.queries.items())[:6]), qrels=gold.qrels)
     counting = CountingReranker(retriever.reranker)
-    settings = QUICK.model_copy(update={"folds": 2, "weights": [0.0, 1.0], "depths": [100]})
+    settings = QUICK.model_copy(update={"folds": 2, "min_queries": 4, "weights": [0.0, 1.0], "depths": [100]})
     result = ConfigurationLearner(_reranking(retriever, None, counting), few, settings).run()
     assert {fold.configuration.rerank_blend for fold in result.folds} <= {None, *settings.blend_weights}
     assert counting.pairs and len(counting.pairs) == len(set(counting.pairs))
