@@ -33,7 +33,11 @@ WHOLE_BUILD = BUILD | EVALUATION
 evaluation_job = define_asset_job(
     "evaluation_job",
     selection=EVALUATION,
-    description="Evaluate the sealed candidate through the query resource; promote it only if the gate passes.",
+    description="Learn the candidate's retrieval configuration, evaluate it through the query resource; promote "
+    "it only if the gate passes.",
+    # A refused candidate fails its run by design (the gate is a blocking check), and judging it again
+    # gives the same verdict: the instance's run retry would only repeat the evaluation.
+    tags={"dagster/max_retries": "0"},
 )
 
 index_build_job = define_asset_job(

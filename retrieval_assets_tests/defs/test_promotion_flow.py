@@ -162,6 +162,8 @@ def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
     assert document_inbox_sensor.job_name == "document_update_job"
     for job in ("index_build_job", "evaluation_job", "document_update_job", "embedding_shards_job", "rollback_job"):
         assert defs.resolve_job_def(job) is not None
+    # The gate's refusal fails an evaluation run; the instance's run retry must not judge it again.
+    assert defs.resolve_job_def("evaluation_job").tags["dagster/max_retries"] == "0"
     build_assets = {key.to_user_string() for key in defs.resolve_job_def("index_build_job").asset_layer.executable_asset_keys}
     assert "index_version" in build_assets and "promoted_index" not in build_assets
 
