@@ -70,7 +70,10 @@ def test_the_learned_configuration_is_evaluated_gated_and_promoted(deployment: d
     assert {"tuned", "tuned_cv", "hybrid", "bm25"} <= set(report["runs"])
     assert report["gate"]["passed"] and len(report["per_query"]) == 40
     assert metadata["retrieval_evaluation"]["configuration"] == "tuned"
-    assert IndexVersions(deployment["home"] / "indexes").promoted().id == version.id
+    versions = IndexVersions(deployment["home"] / "indexes")
+    assert versions.promoted().id == version.id
+    [row] = [row for row in versions.quality_history() if row["version"] == version.id]
+    assert row["configuration"] == "tuned" and row["ndcg@10"] == report["runs"]["tuned"]["ndcg@10"]
 
 
 def test_serving_uses_the_configuration_the_gate_passed_with(deployment: dict) -> None:

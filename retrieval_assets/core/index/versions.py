@@ -252,6 +252,8 @@ class IndexVersions:
                     "version": version.id,
                     "sealed_at": manifest["sealed_at"],
                     "chunks": manifest.get("chunks"),
+                    # The configuration judged: "tuned" when a learned one was adopted for this version.
+                    "configuration": report.get("served") or report.get("default"),
                     "ndcg@10": metrics.get("ndcg@10"),
                     "recall@100": metrics.get("recall@100"),
                     "p95_ms": metrics.get("p95_ms"),
