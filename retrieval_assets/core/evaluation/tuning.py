@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.evaluation.metrics import EVAL_DEPTH, latency_percentiles, score_run
-from retrieval_assets.core.evaluation.significance import paired_difference
+from retrieval_assets.core.evaluation.significance import paired_difference, scores_of
 from retrieval_assets.core.ingest.catalog import GoldSet
 from retrieval_assets.core.models import FusionMethod, SearchRequest, StoreHit, Strategy
 from retrieval_assets.core.retrieval.rerank.base import Reranker
@@ -143,11 +143,9 @@ class TuningResult(BaseModel):
         """``tuned_cv``: the summary of the held-out scores, with the spread across folds."""
         if not self.held_out:
             return {}
-        scores = list(self.held_out.values())
-        summary = {
-            metric: round(float(np.mean([s[metric] for s in scores])), 4) for metric in ("ndcg@10", "recall@100", "mrr@10")
-        }
-        latency = latency_percentiles([s["latency_ms"] for s in scores])
+        queries = list(self.held_out)
+        summary = {metric: round(_mean(self.held_out, queries, metric), 4) for metric in ("ndcg@10", "recall@100", "mrr@10")}
+        latency = latency_percentiles([s["latency_ms"] for s in self.held_out.values()])
         fold_ndcg = [f.test_ndcg_at_10 for f in self.folds]
         return {
             **summary,
@@ -156,6 +154,11 @@ class TuningResult(BaseModel):
             "fold_ndcg@10_max": round(max(fold_ndcg), 4),
             "fold_ndcg@10_std": round(float(np.std(fold_ndcg)), 4),
         }
+
+
+    def deployment_ndcg(self) -> float:
+        """The deployment's configuration on the same held-out queries: what ``tuned_cv`` is compared with."""
+        return _mean(self.default_scores, list(self.default_scores), "ndcg@10")
 
 
 def gold_fingerprint(gold: GoldSet) -> str:
@@ -260,17 +263,18 @@ class ConfigurationLearner:
 
     def answer(self, configuration: RetrievalConfiguration, qids: Sequence[str]) -> dict[str, dict[str, float]]:
         """Per-query metrics and latency of the retriever answering with ``configuration``."""
-        settings = configuration.apply(self.base)
-        view = self._retriever.configured(settings, reranker=self._reranker)
+        view = self._retriever.configured(configuration.apply(self.base), reranker=self._reranker)
         key = configuration.key
+        run: dict[str, list[str]] = {}
+        latency: dict[str, float] = {}
         for qid in qids:
-            if (key, qid) in self._answered:
-                continue
-            started = time.perf_counter()
-            hits = view.search(self._gold.queries[qid], top_k=EVAL_DEPTH).hits
-            latency = (time.perf_counter() - started) * 1000
-            metrics = score_run({qid: [h.doc_id for h in hits]}, self._gold.qrels)[qid]
-            self._answered[(key, qid)] = {**metrics, "latency_ms": latency}
+            if (key, qid) not in self._answered:
+                started = time.perf_counter()
+                run[qid] = [hit.doc_id for hit in view.search(self._gold.queries[qid], top_k=EVAL_DEPTH).hits]
+                latency[qid] = (time.perf_counter() - started) * 1000
+        if run:  # scored in one pass, not one evaluator per query
+            for qid, metrics in score_run(run, self._gold.qrels).items():
+                self._answered[(key, qid)] = {**metrics, "latency_ms": latency[qid]}
         return {qid: self._answered[(key, qid)] for qid in qids}
 
     # -- search -----------------------------------------------------------------------------------
@@ -327,9 +331,7 @@ class ConfigurationLearner:
         gain = _mean(scores, qids, "ndcg@10") - _mean(than, qids, "ndcg@10")
         if gain < self.settings.min_gain or _mean(scores, qids, "recall@100") < recall_floor:
             return False
-        difference = paired_difference(
-            {q: scores[q]["ndcg@10"] for q in qids}, {q: than[q]["ndcg@10"] for q in qids}
-        )
+        difference = paired_difference(scores_of(scores, "ndcg@10"), scores_of(than, "ndcg@10"))
         return difference.p_value < self.settings.significance
 
     def run(self) -> TuningResult:

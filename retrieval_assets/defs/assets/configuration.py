@@ -129,12 +129,11 @@ def retrieval_configuration(
         }
         if result.folds:
             cross_validated = result.cross_validated()
-            deployment = sum(s["ndcg@10"] for s in result.default_scores.values()) / len(result.default_scores)
             metadata |= {
                 "folds": _fold_table(result),
                 "tuned_cv/ndcg@10": MetadataValue.float(cross_validated["ndcg@10"]),
                 "tuned_cv/recall@100": MetadataValue.float(cross_validated["recall@100"]),
-                "deployment_cv/ndcg@10": MetadataValue.float(round(deployment, 4)),
+                "deployment_cv/ndcg@10": MetadataValue.float(round(result.deployment_ndcg(), 4)),
                 "fold_ndcg@10_std": MetadataValue.float(cross_validated["fold_ndcg@10_std"]),
             }
     return MaterializeResult(metadata=metadata)

@@ -165,26 +165,20 @@ def retrieval_evaluation(
             if unknown:
                 raise ValueError(f"unknown configurations {sorted(unknown)}; known: {sorted(CONFIGURATIONS)}")
             names = [DEFAULT_CONFIGURATION, *(n for n in config.configurations if n != DEFAULT_CONFIGURATION)]
+
+            def progress(label: str):
+                return log_progress(context, label, every_percent=25)
+
             try:
                 # The named configurations change the deployment's settings, not a learned configuration.
                 deployment = search.retriever(candidate.id).configured(search.retrieval_settings())
-                configurations = {name: CONFIGURATIONS[name] for name in names}
-                if served == TUNED:
-                    tuned = RetrievalConfiguration.model_validate(learned["configuration"])
-                    context.log.info(f"evaluating the learned configuration as {TUNED!r}: {learned['reason']}")
                 reports = evaluate_configurations(
-                    deployment,
-                    gold,
-                    configurations,
-                    progress=lambda label: log_progress(context, label, every_percent=25),
+                    deployment, gold, {name: CONFIGURATIONS[name] for name in names}, progress=progress
                 )
                 if served == TUNED:
-                    reports |= evaluate_configurations(
-                        deployment.configured(tuned.apply(deployment.settings)),
-                        gold,
-                        {TUNED: {}},
-                        progress=lambda label: log_progress(context, label, every_percent=25),
-                    )
+                    context.log.info(f"evaluating the learned configuration as {TUNED!r}: {learned['reason']}")
+                    tuned = RetrievalConfiguration.model_validate(learned["configuration"]).apply(deployment.settings)
+                    reports |= evaluate_configurations(deployment.configured(tuned), gold, {TUNED: {}}, progress=progress)
             finally:
                 # Released before promotion: a serving process opens the promoted qdrant-edge
                 # shard as soon as the pointer moves, and only one process may hold it.
