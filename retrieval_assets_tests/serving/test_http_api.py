@@ -21,16 +21,9 @@ from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError
 from retrieval_assets.serving import create_app
 from retrieval_assets.serving.loadtest import run_load_test
-from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild, build_tenant_indexes
+from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild
 
 QUERY = "align sequencing reads to a reference genome"
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> TenantBuild:
-    built = build_tenant_indexes(tmp_path_factory.getbasetemp() / "tenant_indexes")
-    assert built.success
-    return built
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,6 @@ from retrieval_assets.serving.auth import ApiKeys, new_key
 from retrieval_assets_tests.core.retrieval.tenant_indexes import (
     TENANTS,
     TenantBuild,
-    build_tenant_indexes,
     posted_entries,
     tenant_records,
 )
@@ -154,13 +153,6 @@ def _forbidden(grant: frozenset[str]) -> Forbidden:
 
 
 FORBIDDEN = {key_id: _forbidden(frozenset(tenants)) for key_id, (tenants, _) in GRANTS.items()}
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> TenantBuild:
-    built = build_tenant_indexes(tmp_path_factory.getbasetemp() / "tenant_indexes")  # once per session
-    assert built.success
-    return built
 
 
 @pytest.fixture(scope="module")

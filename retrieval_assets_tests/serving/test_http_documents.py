@@ -18,19 +18,9 @@ from retrieval_assets.core.index.versions import IndexVersion
 from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxOutcome
 from retrieval_assets.serving import create_app
 from retrieval_assets.serving.http_api import MAX_DOCUMENT_BATCH
-from retrieval_assets_tests.core.retrieval.tenant_indexes import (
-    TenantBuild,
-    build_tenant_indexes,
-)
+from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild
 
 INDEXED = (InboxOutcome.INDEXED, None, None)
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> TenantBuild:
-    built = build_tenant_indexes(tmp_path_factory.getbasetemp() / "tenant_indexes")  # once per session
-    assert built.success
-    return built
 
 
 @pytest.fixture(scope="module")

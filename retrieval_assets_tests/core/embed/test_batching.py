@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -23,6 +23,18 @@ from retrieval_assets.core.embed.sparse import load_sparse_encoder
 from retrieval_assets.core.settings import QueryBatchingSettings, RetrievalSettings
 
 JOIN_S = 30  # no caller may hang: every thread must be done well within this
+
+
+def _recording(batcher: QueryBatcher, outcomes: dict[str, object], error: type[BaseException]) -> Callable[[str], None]:
+    """A caller thread's target: records the result for its text, or the ``error`` it raised."""
+
+    def caller(text: str) -> None:
+        try:
+            outcomes[text] = batcher([text])
+        except error as exc:
+            outcomes[text] = exc
+
+    return caller
 
 
 class Recorder:
@@ -143,11 +155,7 @@ def test_an_error_reaches_every_caller_of_its_batch_and_the_next_batch_runs() ->
     batcher = QueryBatcher(encode, max_wait_ms=1.0, max_batch=16)
     outcomes: dict[str, object] = {}
 
-    def caller(text: str) -> None:
-        try:
-            outcomes[text] = batcher([text])
-        except ValueError as exc:
-            outcomes[text] = exc
+    caller = _recording(batcher, outcomes, ValueError)
 
     first = threading.Thread(target=caller, args=("first",))
     first.start()
@@ -218,11 +226,7 @@ def test_an_interrupted_waiter_leaves_the_queue_and_passes_on_the_lead(monkeypat
     batcher = QueryBatcher(encode, max_wait_ms=1.0, max_batch=1)  # one request per call
     outcomes: dict[str, object] = {}
 
-    def caller(text: str) -> None:
-        try:
-            outcomes[text] = batcher([text])
-        except KeyboardInterrupt as exc:
-            outcomes[text] = exc
+    caller = _recording(batcher, outcomes, KeyboardInterrupt)
 
     first = threading.Thread(target=caller, args=("first",))
     first.start()
@@ -261,11 +265,7 @@ def test_a_leader_interrupted_while_gathering_passes_on_the_lead() -> None:
     batcher._arrival.wait = wait  # type: ignore[method-assign]
     outcomes: dict[str, object] = {}
 
-    def caller(text: str) -> None:
-        try:
-            outcomes[text] = batcher([text])
-        except KeyboardInterrupt as exc:
-            outcomes[text] = exc
+    caller = _recording(batcher, outcomes, KeyboardInterrupt)
 
     leader = threading.Thread(target=caller, args=("lead",), name="leader")
     leader.start()
