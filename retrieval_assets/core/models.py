@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -84,12 +85,52 @@ class SparseVector(BaseModel):
     values: list[float]
 
 
-class StoreHit(BaseModel):
-    """What an index store returns: a chunk id, its score and the stored payload."""
+class StoreHit:
+    """What an index store returns: a chunk id, its score, its document and the stored payload.
 
-    chunk_id: str
-    score: float
-    payload: dict[str, Any] = Field(default_factory=dict)
+    A slotted class rather than a pydantic model, and the payload may come from ``load`` on
+    first use: a search builds a few hundred hits and returns ten, and building them as models
+    and decoding every payload was a tenth of a query's CPU (README "HTTP load")."""
+
+    __slots__ = ("_load", "_payload", "chunk_id", "doc_id", "score")
+
+    def __init__(
+        self,
+        chunk_id: str,
+        score: float,
+        payload: dict[str, Any] | None = None,
+        *,
+        doc_id: str | None = None,
+        load: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        if payload is None and load is None:
+            payload = {}
+        if doc_id is None:
+            if payload is None:
+                raise TypeError("StoreHit with a lazy payload needs doc_id")
+            doc_id = payload.get("doc_id", "")
+        self.chunk_id = chunk_id
+        self.score = score
+        self.doc_id = doc_id
+        self._payload = payload
+        self._load = load
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        if self._payload is None:
+            assert self._load is not None
+            self._payload, self._load = self._load(), None
+        return self._payload
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoreHit):
+            return NotImplemented
+        return (self.chunk_id, self.score, self.payload) == (other.chunk_id, other.score, other.payload)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable payload, as a model's
+
+    def __repr__(self) -> str:
+        return f"StoreHit(chunk_id={self.chunk_id!r}, score={self.score!r}, doc_id={self.doc_id!r})"
 
 
 class StrategyScore(BaseModel):

@@ -198,7 +198,7 @@ class _Captured:
             name: {id(hit): i for i, hit in enumerate(strategy_hits)} for name, strategy_hits in hits.items()
         }
         self.rankings = {
-            name: [(item, hit.score, position[name][id(hit)], hit.payload["doc_id"]) for item, hit in ranking]
+            name: [(item, hit.score, position[name][id(hit)], hit.doc_id) for item, hit in ranking]
             for name, ranking in document_rankings(hits, key, excluded).items()
         }
 

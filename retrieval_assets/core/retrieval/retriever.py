@@ -110,7 +110,8 @@ class _Candidate:
     key: str
     hit: StoreHit
     score: float
-    strategy_scores: dict[str, StrategyScore]
+    # strategy -> (score, rank); models are built only for the hits a search returns.
+    strategy_scores: dict[str, tuple[float, int]]
     first_stage_rank: int | None = None
     graph_path: list[str] | None = None
 
@@ -459,16 +460,15 @@ class HybridRetriever:
     @property
     def _collapse_key(self) -> Callable[[StoreHit], str]:
         """One hit per document, or per chunk when chunks are not collapsed."""
-        return (lambda h: h.payload["doc_id"]) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
+        return (lambda h: h.doc_id) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
 
     def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], plan: _Plan) -> list[_Candidate]:
         rankings = document_rankings(per_strategy, self._collapse_key, plan.excluded)
-        provenance: dict[str, dict[str, StrategyScore]] = {}
+        provenance: dict[str, dict[str, tuple[float, int]]] = {}
         best_hit: dict[str, tuple[int, StoreHit]] = {}
         for name, ranking in rankings.items():
             for rank, (item, hit) in enumerate(ranking, start=1):
-                # Hundreds per query and built from our own values: construct without validation.
-                provenance.setdefault(item, {})[name] = StrategyScore.model_construct(score=hit.score, rank=rank)
+                provenance.setdefault(item, {})[name] = (hit.score, rank)
                 if item not in best_hit or rank < best_hit[item][0]:
                     best_hit[item] = (rank, hit)
         scored = {name: [(item, hit.score) for item, hit in ranking] for name, ranking in rankings.items()}
@@ -487,20 +487,20 @@ class HybridRetriever:
         # Fused scores may be negative (z-score, cosine): walk from [0, 1] scores, same order.
         low, high = min(c.score for c in candidates), max(c.score for c in candidates)
         normalised = {c.key: (c.score - low) / (high - low) if high > low else 1.0 for c in candidates}
-        seeds = [(c.hit.payload["doc_id"], normalised[c.key]) for c in candidates[: graph.seeds]]
-        present = {c.hit.payload["doc_id"] for c in candidates}
+        seeds = [(c.hit.doc_id, normalised[c.key]) for c in candidates[: graph.seeds]]
+        present = {c.hit.doc_id for c in candidates}
         found = self._graph.expand(
             seeds, tenant_id=_only(plan.tenants), max_depth=graph.max_depth, max_nodes=graph.max_nodes, decay=graph.decay
         )
         found = [g for g in found if g.doc_id not in present and g.doc_id not in plan.excluded]
         fetched = self._lexical.fetch_documents([g.doc_id for g in found], plan.filters)
-        payloads = {hit.payload["doc_id"]: hit for hit in fetched}
+        payloads = {hit.doc_id: hit for hit in fetched}
         added = [
             _Candidate(
                 key=g.doc_id if self.settings.collapse_chunks else payloads[g.doc_id].chunk_id,
                 hit=payloads[g.doc_id],
                 score=g.score,
-                strategy_scores={"graph": StrategyScore(score=g.score, rank=rank)},
+                strategy_scores={"graph": (g.score, rank)},
                 graph_path=list(g.path),
             )
             for rank, g in enumerate((g for g in found if g.doc_id in payloads), start=1)
@@ -521,10 +521,10 @@ class HybridRetriever:
         scores = self._reranker.score(query, passages).tolist()
         for rank, (candidate, score) in enumerate(zip(head, scores, strict=True), start=1):
             candidate.first_stage_rank = rank
-            candidate.strategy_scores["rerank"] = StrategyScore(score=score, rank=0)
-        by_rerank = sorted(head, key=lambda c: (-c.strategy_scores["rerank"].score, c.first_stage_rank))
+            candidate.strategy_scores["rerank"] = (score, 0)
+        by_rerank = sorted(head, key=lambda c: (-c.strategy_scores["rerank"][0], c.first_stage_rank))
         for rank, candidate in enumerate(by_rerank, start=1):
-            candidate.strategy_scores["rerank"].rank = rank
+            candidate.strategy_scores["rerank"] = (candidate.strategy_scores["rerank"][0], rank)
         if rerank.blend_weight is not None:
             blended = blend_scores([c.score for c in head], scores, rerank.blend_weight)
             order = [_rescored(c, b) for c, b in sorted(zip(head, blended, strict=True), key=lambda cb: -cb[1])]
@@ -535,7 +535,7 @@ class HybridRetriever:
             by_key = {c.key: c for c in head}
             order = [_rescored(by_key[key], score) for key, score in fused]
         else:
-            order = [_rescored(c, c.strategy_scores["rerank"].score) for c in by_rerank]
+            order = [_rescored(c, c.strategy_scores["rerank"][0]) for c in by_rerank]
         leading = order[: rerank.output]
         lead_keys = {c.key for c in leading}
         rest = [c for c in candidates if c.key not in lead_keys]
@@ -549,7 +549,7 @@ class HybridRetriever:
                     "from": c.first_stage_rank,
                     "to": i,
                     "first_stage_score": round(first_stage_scores[c.key], 6),
-                    "rerank_score": round(c.strategy_scores["rerank"].score, 4),
+                    "rerank_score": round(c.strategy_scores["rerank"][0], 4),
                 }
                 for i, c in enumerate(leading, start=1)
             ],
@@ -584,7 +584,7 @@ def document_rankings(
         seen: set[str] = set()
         for hit in hits:
             item = key(hit)
-            if item in seen or hit.payload["doc_id"] in excluded or hit.chunk_id in excluded:
+            if item in seen or hit.doc_id in excluded or hit.chunk_id in excluded:
                 continue
             seen.add(item)
             ranking.append((item, hit))
@@ -652,14 +652,17 @@ def _rescored(candidate: _Candidate, score: float) -> _Candidate:
 def _to_scored_hit(candidate: _Candidate) -> ScoredHit:
     payload = candidate.hit.payload
     return ScoredHit.model_construct(
-        doc_id=payload["doc_id"],
+        doc_id=candidate.hit.doc_id,
         chunk_id=candidate.hit.chunk_id,
         text=payload.get("text", ""),
         title=payload.get("title", ""),
         section=payload.get("section", "body"),
         tenant_id=payload.get("tenant_id", "default"),
         score=candidate.score,
-        strategy_scores=candidate.strategy_scores,
+        strategy_scores={
+            name: StrategyScore.model_construct(score=score, rank=rank)
+            for name, (score, rank) in candidate.strategy_scores.items()
+        },
         first_stage_rank=candidate.first_stage_rank,
         graph_path=candidate.graph_path,
         metadata={k: v for k, v in payload.items() if k not in REQUIRED_PAYLOAD_FIELDS},

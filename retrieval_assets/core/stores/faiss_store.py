@@ -289,8 +289,8 @@ class FaissDenseStore(DenseStore):
 
     def _hit(self, row: int, score: float) -> StoreHit:
         payload = self._payloads[row]
-        # Built from our own payloads on the query path: no validation needed.
-        return StoreHit.model_construct(chunk_id=payload["chunk_id"], score=score, payload=dict(payload))
+        # A copy, so that no caller can change the store's own payload; taken only if the hit is shown.
+        return StoreHit(payload["chunk_id"], score, doc_id=payload["doc_id"], load=payload.copy)
 
     def _payload_columns(self) -> PayloadColumns:
         if self._columns is None:

@@ -518,8 +518,8 @@ class OpenSearchStore(LexicalStore, SparseStore):
             "collapse": {"field": "doc_id"},
             "sort": [{ORDINAL_FIELD: {"order": "asc", "missing": "_last"}}, {"chunk_id": "asc"}],
         }
-        first = {hit.payload["doc_id"]: hit for hit in map(_hit, self._search(body))}
-        return [first[d].model_copy(update={"score": 0.0}) for d in wanted if d in first]
+        first = {hit.doc_id: hit for hit in map(_hit, self._search(body))}
+        return [StoreHit(first[d].chunk_id, 0.0, first[d].payload) for d in wanted if d in first]
 
     # -- request bodies ----------------------------------------------------------------------
 

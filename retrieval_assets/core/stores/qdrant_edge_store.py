@@ -303,8 +303,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
 
     def _hit(self, point: qe.ScoredPoint) -> StoreHit:
         payload = self._decode(point.payload or {})
-        # Built from our own payloads on the query path: no validation needed.
-        return StoreHit.model_construct(chunk_id=payload["chunk_id"], score=point.score, payload=payload)
+        return StoreHit(payload["chunk_id"], point.score, payload)
 
     def _filter(self, filters: Sequence[MetadataFilter]) -> qe.Filter | None:
         if not filters:

@@ -28,6 +28,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -253,9 +254,13 @@ class TantivyLexicalStore(LexicalStore):
         searcher = self._index.searcher()
         hits = []
         for score, address in searcher.search(self._with_filters(clauses, filters), limit=top_k).hits:
-            payload = json.loads(searcher.doc(address).get_first(PAYLOAD_FIELD))
-            # Built from our own payloads on the query path: no validation needed.
-            hits.append(StoreHit.model_construct(chunk_id=payload["chunk_id"], score=score, payload=payload))
+            doc = searcher.doc(address)
+            # The payload is decoded only if the hit is shown: most candidates are fused and dropped.
+            hits.append(
+                StoreHit(
+                    doc.get_first("chunk_id"), score, doc_id=doc.get_first("doc_id"), load=partial(_stored_payload, doc)
+                )
+            )
         return hits
 
     def fetch_documents(
@@ -276,7 +281,7 @@ class TantivyLexicalStore(LexicalStore):
             return []
         first: dict[str, Payload] = {}
         for _, address in searcher.search(query, limit=matching).hits:
-            payload = json.loads(searcher.doc(address).get_first(PAYLOAD_FIELD))
+            payload = _stored_payload(searcher.doc(address))
             current = first.get(payload["doc_id"])
             if current is None or _chunk_order(payload["chunk_id"]) < _chunk_order(current["chunk_id"]):
                 first[payload["doc_id"]] = payload
@@ -408,3 +413,7 @@ def _chunk_order(chunk_id: str) -> tuple[int, int, str]:
     if sep and ordinal.isdigit():
         return 0, int(ordinal), chunk_id
     return 1, 0, chunk_id
+
+
+def _stored_payload(doc: tantivy.Document) -> Payload:
+    return json.loads(doc.get_first(PAYLOAD_FIELD))
