@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import partial
@@ -105,6 +106,9 @@ class TantivyLexicalStore(LexicalStore):
         # this was recorded), so that a tenant is never told another tenant's field names.
         recorded = manifest.get("tenant_fields")
         self._tenant_fields = None if recorded is None else {t: set(f) for t, f in recorded.items()}
+        # (num_docs, num_segments) of the reader they were read from -> {(segment, doc): (chunk_id, doc_id)}.
+        self._keys: tuple[tuple[int, int], dict[tuple[int, int], tuple[str, str]]] | None = None
+        self._keys_lock = threading.Lock()
 
     @classmethod
     def create(
@@ -184,6 +188,7 @@ class TantivyLexicalStore(LexicalStore):
             return
         self._writer.commit()
         self._index.reload()
+        self._keys = None
         self._manifest["count"] = self.count()
         if self._tenant_fields is not None:
             self._manifest["tenant_fields"] = {t: sorted(f) for t, f in sorted(self._tenant_fields.items())}
@@ -211,11 +216,25 @@ class TantivyLexicalStore(LexicalStore):
         return {**keywords, **{name: kind for name, kind in self.field_types.items() if name in held}}
 
     def chunk_ids(self) -> set[str]:
-        searcher = self._index.searcher()
-        if searcher.num_docs == 0:
-            return set()
-        hits = searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs).hits
-        return {searcher.doc(address).get_first("chunk_id") for _, address in hits}
+        return {chunk_id for chunk_id, _ in self._hit_keys(self._index.searcher()).values()}
+
+    def _hit_keys(self, searcher: tantivy.Searcher) -> dict[tuple[int, int], tuple[str, str]]:
+        """(segment, doc) address -> (chunk_id, doc_id) of every chunk the reader holds, read once
+        per reader state. A search reads ids from here rather than loading each hit's stored
+        document (about 4 us each, most of a BM25 search's CPU): a few tens of bytes per chunk."""
+        state = (searcher.num_docs, searcher.num_segments)
+        cached = self._keys
+        if cached is not None and cached[0] == state:
+            return cached[1]
+        with self._keys_lock:
+            if self._keys is None or self._keys[0] != state:
+                keys = {}
+                if searcher.num_docs:
+                    for _, address in searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs).hits:
+                        doc = searcher.doc(address)
+                        keys[(address.segment_ord, address.doc)] = (doc.get_first("chunk_id"), doc.get_first("doc_id"))
+                self._keys = (state, keys)
+            return self._keys[1]
 
     def search_text(
         self,
@@ -253,14 +272,11 @@ class TantivyLexicalStore(LexicalStore):
                 clauses.append((tantivy.Occur.Should, tantivy.Query.const_score_query(tag_query, TAG_SCORE)))
         searcher = self._index.searcher()
         hits = []
+        keys = self._hit_keys(searcher)
         for score, address in searcher.search(self._with_filters(clauses, filters), limit=top_k).hits:
-            doc = searcher.doc(address)
-            # The payload is decoded only if the hit is shown: most candidates are fused and dropped.
-            hits.append(
-                StoreHit(
-                    doc.get_first("chunk_id"), score, doc_id=doc.get_first("doc_id"), load=partial(_stored_payload, doc)
-                )
-            )
+            chunk_id, doc_id = keys[(address.segment_ord, address.doc)]
+            # The stored document is read only if the hit is shown: most candidates are fused and dropped.
+            hits.append(StoreHit(chunk_id, score, doc_id=doc_id, load=partial(_payload_at, searcher, address)))
         return hits
 
     def fetch_documents(
@@ -272,7 +288,7 @@ class TantivyLexicalStore(LexicalStore):
         wanted = list(dict.fromkeys(doc_ids))
         if not wanted:
             return []
-        by_id = [(tantivy.Occur.Must, tantivy.Query.term_set_query(self._schema, "doc_id", wanted))]
+        by_id = [(tantivy.Occur.Must, self._any_term("doc_id", wanted))]
         query = self._with_filters(by_id, filters)
         searcher = self._index.searcher()
         # Every chunk of the wanted documents, so the first one can be chosen.
@@ -281,7 +297,7 @@ class TantivyLexicalStore(LexicalStore):
             return []
         first: dict[str, Payload] = {}
         for _, address in searcher.search(query, limit=matching).hits:
-            payload = _stored_payload(searcher.doc(address))
+            payload = _payload_at(searcher, address)
             current = first.get(payload["doc_id"])
             if current is None or _chunk_order(payload["chunk_id"]) < _chunk_order(current["chunk_id"]):
                 first[payload["doc_id"]] = payload
@@ -327,6 +343,14 @@ class TantivyLexicalStore(LexicalStore):
         ]
         return tantivy.Query.boolean_query(clauses + filter_clauses)
 
+    def _any_term(self, field: str, values: Sequence[Any]) -> tantivy.Query:
+        """Documents whose ``field`` holds any of ``values``: a disjunction of term queries.
+        tantivy's ``term_set_query`` cost 0.18 ms per search here whatever the values (measured
+        on the bundled index), this 0.002 ms; every tenant-scoped and more-like-this search pays it."""
+        return tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, value)) for value in values]
+        )
+
     def _filter_query(self, flt: MetadataFilter) -> tantivy.Query:
         field_type = "keyword" if flt.field in KEYWORD_PAYLOAD_FIELDS else self.field_types.get(flt.field)
         if field_type is None:
@@ -336,7 +360,7 @@ class TantivyLexicalStore(LexicalStore):
             )
         if flt.any_of is not None:
             values = coerce_filter_values(flt, field_type)
-            return tantivy.Query.term_set_query(self._schema, self._schema_names[flt.field], values)
+            return self._any_term(self._schema_names[flt.field], values)
         if field_type not in _NUMERIC_FIELD_TYPES:
             raise FilterError(f"range filter on {flt.field!r}, a {field_type} field")
         lower, upper = flt.gte, flt.lte
@@ -415,5 +439,5 @@ def _chunk_order(chunk_id: str) -> tuple[int, int, str]:
     return 1, 0, chunk_id
 
 
-def _stored_payload(doc: tantivy.Document) -> Payload:
-    return json.loads(doc.get_first(PAYLOAD_FIELD))
+def _payload_at(searcher: tantivy.Searcher, address: tantivy.DocAddress) -> Payload:
+    return json.loads(searcher.doc(address).get_first(PAYLOAD_FIELD))
