@@ -486,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True, help="log every request")
-    serve.add_argument("--search-concurrency", type=int, help="searches run at once (default: two per core)")
+    serve.add_argument(
+        "--search-concurrency", type=int, help="searches run at once (default: one per core; more for engines on servers)"
+    )
     serve.add_argument(
         "--queue-depth", type=int, default=64, help="searches that may wait for a slot; past it, 503 with Retry-After"
     )

@@ -1,6 +1,16 @@
-"""Where encoders run: CUDA when available and asked for, otherwise CPU."""
+"""Where encoders run: CUDA when available and asked for, otherwise CPU, and how many cores."""
 
 from __future__ import annotations
+
+import os
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def resolve_device(requested: str = "auto") -> str:

@@ -7,7 +7,6 @@ for latency on a small shared CPU; bench_runs/rerank_speed.py measures the choic
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from retrieval_assets.core.embed.dense import _ONNX_INPUTS
-from retrieval_assets.core.embed.device import onnx_providers, resolve_device
+from retrieval_assets.core.embed.device import onnx_providers, resolve_device, usable_cores
 from retrieval_assets.core.embed.packaged import load_resolved, resolve_for_role
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 
@@ -31,14 +30,6 @@ _DEFAULT_MODEL_MAX_LENGTH = 512
 # processes loaded the cores; four pairs per run helped on an idle CPU but not on a loaded one.
 # So a CPU run holds at most this many padded tokens; a GPU run is limited by batch_size alone.
 CPU_MAX_BATCH_TOKENS = 512
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask), not the machine's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _model_max_length(model_dir: Path) -> int:
