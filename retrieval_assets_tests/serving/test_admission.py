@@ -135,3 +135,11 @@ def test_bodies_reach_the_app_whole_and_an_oversized_one_skips_the_queue() -> No
 def test_limits_are_checked(concurrency: int, queue_depth: int) -> None:
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         AdmissionLimits(concurrency, queue_depth)
+
+
+def test_by_default_one_search_runs_per_core_the_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    from retrieval_assets.core.embed import device
+    from retrieval_assets.serving.http_api import default_limits
+
+    monkeypatch.setattr(device.os, "sched_getaffinity", lambda _pid: {0, 2, 5})
+    assert default_limits() == AdmissionLimits(concurrency=3, queue_depth=64)

@@ -218,3 +218,40 @@ def test_filter_fields_of_a_tenant_are_those_its_chunks_have(tmp_path) -> None:
     assert set(reopened.filter_fields(["alpha"])) == identifiers | {"year"}
     assert set(reopened.filter_fields(["alpha", "gamma"])) == set(reopened.filter_fields()) == identifiers | {"year", "formats"}
     assert set(reopened.filter_fields(["nobody"])) == identifiers
+
+
+# -- ids read without loading stored documents ----------------------------------------------
+
+
+def test_hits_carry_ids_and_the_stored_payload_after_writes_change_the_index(tmp_path):
+    # Hits read chunk and document ids from a per-reader map: each write must refresh it,
+    # or a hit would name the chunk that held its address before.
+    store = TantivyLexicalStore.create(tmp_path / "index")
+    store.add(PAYLOADS[:4])
+    store.finalize()
+    assert [(h.doc_id, h.chunk_id) for h in store.search_text("stroke", top_k=5)] == [("stroke", "stroke#0")]
+    store.delete(["stroke#0"])
+    store.add([payload("stroke-2", 0, "acme", [], "Stroke units", "Stroke units save lives after a stroke.")])
+    store.finalize()
+    hits = store.search_text("stroke", top_k=5)
+    assert [(h.doc_id, h.chunk_id) for h in hits] == [("stroke-2", "stroke-2#0")]
+    assert hits[0].payload["text"] == "Stroke units save lives after a stroke."
+    assert store.chunk_ids() == {"aspirin#0", "mi#0", "embolism#0", "stroke-2#0"}
+    store.close()
+
+
+def test_each_hit_loads_its_own_payload_and_callers_cannot_change_the_store(store):
+    hits = store.search_text("brain MRI volumes", top_k=3, filters=ACME)
+    assert [h.payload["chunk_id"] for h in hits] == [h.chunk_id for h in hits]
+    assert [h.payload["doc_id"] for h in hits] == [h.doc_id for h in hits]
+    hits[0].payload["title"] = "changed by a caller"
+    again = store.search_text("brain MRI volumes", top_k=3, filters=ACME)
+    assert again[0].payload["title"] == "Brain MRI viewer"
+
+
+def test_an_id_set_filter_matches_any_of_its_values_and_nothing_else(store):
+    listed = parse_filters({"doc_id": ["aspirin", "mri-dicom", "nope"]})
+    hits = store.search_text("heart attack MRI", top_k=10, filters=listed)
+    assert sorted(doc_ids(hits)) == ["aspirin", "mri-dicom"]
+    both_tenants = store.search_text("aspirin", top_k=10, filters=parse_filters({"tenant_id": ["acme", "globex"]}))
+    assert sorted(doc_ids(both_tenants)) == ["aspirin", "other"]
