@@ -60,7 +60,10 @@ def open_retriever(
         update={"known_venues": frozenset(facets.get(settings.nl_filters.venue_field, ()))}
     )
     multi = settings.multi_query
-    lexical = servers.get(Strategy.BM25) or TantivyLexicalStore.open(layout.lexical)
+    lexical = servers.get(Strategy.BM25)
+    if lexical is None:
+        lexical = TantivyLexicalStore.open(layout.lexical)
+        lexical.prepare_for_queries()
     batching = settings.query_batching
     return HybridRetriever(
         dense_encoder=batching_dense_encoder(

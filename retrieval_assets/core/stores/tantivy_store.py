@@ -218,6 +218,11 @@ class TantivyLexicalStore(LexicalStore):
     def chunk_ids(self) -> set[str]:
         return {chunk_id for chunk_id, _ in self._hit_keys(self._index.searcher()).values()}
 
+    def prepare_for_queries(self) -> None:
+        """Read the id map of ``_hit_keys`` now rather than in the first query (1.2 s and 32 MiB
+        for the 103,904 ACL chunks)."""
+        self._hit_keys(self._index.searcher())
+
     def _hit_keys(self, searcher: tantivy.Searcher) -> dict[tuple[int, int], tuple[str, str]]:
         """(segment, doc) address -> (chunk_id, doc_id) of every chunk the reader holds, read once
         per reader state. A search reads ids from here rather than loading each hit's stored
