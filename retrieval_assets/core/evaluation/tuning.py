@@ -155,7 +155,6 @@ class TuningResult(BaseModel):
             "fold_ndcg@10_std": round(float(np.std(fold_ndcg)), 4),
         }
 
-
     def deployment_ndcg(self) -> float:
         """The deployment's configuration on the same held-out queries: what ``tuned_cv`` is compared with."""
         return _mean(self.default_scores, list(self.default_scores), "ndcg@10")

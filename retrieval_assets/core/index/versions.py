@@ -95,21 +95,24 @@ class IndexVersion:
         return None if self.sealed or not path.is_file() else json.loads(path.read_text())["base"]
 
     def evaluation(self) -> dict[str, Any] | None:
-        path = self.path / EVALUATION_REPORT
-        return json.loads(path.read_text()) if path.is_file() else None
+        return self._report(EVALUATION_REPORT)
 
     def write_evaluation(self, report: dict[str, Any]) -> Path:
-        path = self.path / EVALUATION_REPORT
-        write_json(report, path)
-        return path
+        return self._write_report(EVALUATION_REPORT, report)
 
     def learned_configuration(self) -> dict[str, Any] | None:
         """The tuning report ``retrieval_configuration`` wrote for this version, if any."""
-        path = self.path / CONFIGURATION_REPORT
-        return json.loads(path.read_text()) if path.is_file() else None
+        return self._report(CONFIGURATION_REPORT)
 
     def write_learned_configuration(self, report: dict[str, Any]) -> Path:
-        path = self.path / CONFIGURATION_REPORT
+        return self._write_report(CONFIGURATION_REPORT, report)
+
+    def _report(self, name: str) -> dict[str, Any] | None:
+        path = self.path / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def _write_report(self, name: str, report: dict[str, Any]) -> Path:
+        path = self.path / name
         write_json(report, path)
         return path
 

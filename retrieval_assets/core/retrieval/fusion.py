@@ -54,14 +54,18 @@ def reciprocal_rank_fusion(
     return _ranked(fused)
 
 
+def min_max(values: Sequence[float]) -> np.ndarray:
+    """``values`` scaled to [0, 1]; one value, or all equal: every one is as good as the best."""
+    array = np.asarray(values, dtype=float)
+    low, spread = array.min(), array.max() - array.min()
+    return (array - low) / spread if spread > 0 else np.ones_like(array)
+
+
 def _normalised(scored: Sequence[tuple[str, float]], method: FusionMethod) -> tuple[dict[str, float], float]:
     """Each key's normalised score and the value a missing key gets."""
     values = np.array([score for _, score in scored], dtype=float)
     if method == FusionMethod.MINMAX:
-        low, spread = values.min(), values.max() - values.min()
-        # One candidate, or all equal: every candidate is as good as the best.
-        normalised = (values - low) / spread if spread > 0 else np.ones_like(values)
-        return dict(zip((key for key, _ in scored), normalised.tolist(), strict=True)), 0.0
+        return dict(zip((key for key, _ in scored), min_max(values).tolist(), strict=True)), 0.0
     std = values.std()
     normalised = (values - values.mean()) / std if std > 0 else np.zeros_like(values)
     return dict(zip((key for key, _ in scored), normalised.tolist(), strict=True)), float(normalised.min())
@@ -134,10 +138,4 @@ def blend_scores(first: Sequence[float], second: Sequence[float], weight: float)
         raise ValueError(f"blend weight must be in [0, 1], got {weight}")
     if not first:
         return []
-
-    def normalised(values: Sequence[float]) -> np.ndarray:
-        array = np.asarray(values, dtype=float)
-        spread = array.max() - array.min()
-        return (array - array.min()) / spread if spread > 0 else np.ones_like(array)
-
-    return ((1 - weight) * normalised(first) + weight * normalised(second)).tolist()
+    return ((1 - weight) * min_max(first) + weight * min_max(second)).tolist()

@@ -46,7 +46,7 @@ from retrieval_assets.core.query.control_tags import parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
-from retrieval_assets.core.retrieval.fusion import blend_scores, fuse, reciprocal_rank_fusion
+from retrieval_assets.core.retrieval.fusion import blend_scores, fuse, min_max, reciprocal_rank_fusion
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms
 from retrieval_assets.core.settings import FusionSettings, RetrievalSettings
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStore, LexicalStore, SparseStore
@@ -484,8 +484,8 @@ class HybridRetriever:
         if not candidates:
             return candidates
         # Fused scores may be negative (z-score, cosine): walk from [0, 1] scores, same order.
-        low, high = min(c.score for c in candidates), max(c.score for c in candidates)
-        normalised = {c.key: (c.score - low) / (high - low) if high > low else 1.0 for c in candidates}
+        scaled = min_max([c.score for c in candidates]).tolist()
+        normalised = {c.key: value for c, value in zip(candidates, scaled, strict=True)}
         seeds = [(c.hit.doc_id, normalised[c.key]) for c in candidates[: graph.seeds]]
         present = {c.hit.doc_id for c in candidates}
         found = self._graph.expand(
