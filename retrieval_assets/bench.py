@@ -10,6 +10,7 @@ embedding cache's segments after each.
 from __future__ import annotations
 
 import gc
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,12 @@ from retrieval_assets.core.evaluation.benchmark import (
 )
 from retrieval_assets.core.embed.cache import SEGMENT_GLOB
 from retrieval_assets.core.ingest.catalog import catalog_file, load_gold
+from retrieval_assets.core.io.files import write_json
 from retrieval_assets.defs.resources import CatalogResource, IndexBuildResource
 from retrieval_assets.runs import BuildOutcome, build_index, deployment_resources, evaluate_version
+
+# What a full build took and which version it sealed, so ``--resume`` can time re-runs against it.
+FULL_BUILD_RECORD = "full_build.json"
 
 
 class BenchmarkError(RuntimeError):
@@ -75,13 +80,23 @@ def cache_segments(home: Path) -> dict[str, int]:
 
 
 def run_incremental_benchmark(
-    dataset: Path, catalog_format: str, workdir: Path, changed_fraction: float = 0.01, changed_runs: int = 1
+    dataset: Path,
+    catalog_format: str,
+    workdir: Path,
+    changed_fraction: float = 0.01,
+    changed_runs: int = 1,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Each build timed from reading the catalog to a sealed version, and promoted (untimed) so
     the next one can be a delta from it: a full build, a re-run with no change, a re-run with
     ``changed_fraction`` of the documents changed and every index rebuilt from cached vectors
     (deltas off), the same share changed again as a delta build, one document changed, then
-    ``changed_runs - 1`` more changed re-runs."""
+    ``changed_runs - 1`` more changed re-runs.
+
+    The full build's figures and version are recorded in ``workdir``. With ``resume`` they are
+    read back instead of building again (a cold build of a large catalog takes hours): that
+    version is promoted and the re-runs are timed against it, changing documents not changed
+    by any earlier run, so they are re-embedded rather than found in the cache."""
     corpus = catalog_file(dataset, catalog_format)
     catalog_dir = workdir / "catalog"
     catalog_dir.mkdir(parents=True, exist_ok=True)
@@ -120,19 +135,41 @@ def run_incremental_benchmark(
             "cache_segments": cache_segments(home),
         }
 
-    full_seconds, full = timed_build()
-    full_peak_rss_mb = peak_rss_mb()
+    record_path = workdir / FULL_BUILD_RECORD
+    if resume:
+        if not record_path.is_file():
+            raise BenchmarkError(f"nothing to resume: {record_path} is written by a run without --resume")
+        full = json.loads(record_path.read_text())
+        versions.promote(versions.version(full["version"]), reason="bench-incremental resumed")
+    else:
+        seconds, outcome = timed_build()
+        full = {
+            "version": outcome.candidate.version,
+            "seconds": seconds,
+            "documents": outcome.documents,
+            "chunks": outcome.chunks,
+            "stages": outcome.step_seconds,
+            "peak_rss_mb": peak_rss_mb(),
+            "next_round": 1,
+        }
+    full_seconds = full["seconds"]
+    first = full["next_round"]
+    rounds = range(first, first + changed_runs + 2)
+    full["next_round"] = rounds.stop
+    write_json(full, record_path)
     noop_seconds, noop = timed_build()
-    rebuilt = changed_build(1, with_resources=rebuild_in_full)
-    delta = changed_build(2)
-    one_document = changed_build(3, limit=1)
-    more = [changed_build(round_) for round_ in range(4, changed_runs + 3)]
+    rebuilt = changed_build(rounds[0], with_resources=rebuild_in_full)
+    delta = changed_build(rounds[1])
+    one_document = changed_build(rounds[2], limit=1)
+    more = [changed_build(round_) for round_ in rounds[3:]]
     return {
         "dataset": dataset.name,
-        "documents": full.documents,
-        "chunks": full.chunks,
+        "resumed": resume,
+        "full_version": full["version"],
+        "documents": full["documents"],
+        "chunks": full["chunks"],
         "changed_documents": rebuilt["changed_documents"],
-        "full_stages": full.step_seconds,
+        "full_stages": full["stages"],
         "one_percent_stages": rebuilt["stages"],
         "delta_one_percent_stages": delta["stages"],
         "one_document_stages": one_document["stages"],
@@ -148,7 +185,7 @@ def run_incremental_benchmark(
         "delta_one_percent_mode": delta["mode"],
         "one_document_seconds": one_document["seconds"],
         "one_document_mode": one_document["mode"],
-        "peak_rss_mb": round(full_peak_rss_mb, 1),
+        "peak_rss_mb": round(full["peak_rss_mb"], 1),
         "reembedded_chunks_noop": noop.encoded["dense"],
         "reembedded_chunks_one_percent": rebuilt["reembedded_chunks"],
         "changed_runs": [rebuilt, delta, one_document, *more],

@@ -215,9 +215,12 @@ def cmd_bench_incremental(args: argparse.Namespace) -> int:
 
     dataset = Path(args.dataset)
     catalog_file(dataset, args.format)  # a missing corpus is reported before the models load
+    if args.resume and not args.workdir:
+        print("bench-incremental: --resume needs the --workdir of the run that made the full build", file=sys.stderr)
+        return 2
     with _workdir(args.workdir, "retrieval-incremental-") as workdir:
         figures = run_incremental_benchmark(
-            dataset, args.format, workdir, args.changed_fraction, changed_runs=args.changed_runs
+            dataset, args.format, workdir, args.changed_fraction, changed_runs=args.changed_runs, resume=args.resume
         )
     return _emit_json(figures, args.json_out)
 
@@ -472,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--changed-runs", type=int, default=1, help="successive delta re-runs, each changing another share (the first is delta_one_percent)"
     )
     incremental.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
+    incremental.add_argument(
+        "--resume",
+        action="store_true",
+        help="time only the re-runs, against the full build an earlier run recorded in --workdir (its time and version)",
+    )
     incremental.add_argument("--json-out", help="also write the result JSON to this file")
     incremental.set_defaults(func=cmd_bench_incremental)
 

@@ -168,6 +168,15 @@ def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Pa
     assert figures["noop_seconds"] < figures["full_seconds"]
 
     assert all(run["cache_segments"] for run in figures["changed_runs"])
+
+    # Resumed: the recorded full build is not repeated, and the re-runs change documents anew.
+    resume = ["bench-incremental", "--dataset", str(tiny_beir), "--workdir", str(tmp_path), "--changed-fraction", "0.2"]
+    assert main([*resume, "--resume"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["resumed"] and resumed["full_version"] == figures["full_version"]
+    assert resumed["full_seconds"] == figures["full_seconds"] and resumed["noop_reused_version"]
+    assert resumed["reembedded_chunks_one_percent"] >= resumed["changed_documents"] > 0
+    assert main([*resume[:3], "--resume"]) == 2 and "--workdir" in capsys.readouterr().err
     assert main(["bench-latency", "--index-root", str(tmp_path / "home" / "indexes")]) == 0
     latency = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(latency["runs"]) == {"bm25", "dense", "splade", "hybrid"} and latency["chunks"] == figures["chunks"]
