@@ -11,6 +11,7 @@ holds the same chunk ids; its materialization is what the evaluation sensor wait
 
 from datetime import timedelta
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 from dagster import (
@@ -24,7 +25,8 @@ from dagster import (
 )
 
 from retrieval_assets.core.index.build import (
-    backend_chunk_ids,
+    checked_backend_chunk_ids,
+    record_listed_chunk_ids,
     sealed_chunk_ids,
     backend_differences,
     build_faiss_index,
@@ -98,16 +100,34 @@ def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
 
 def _index_result(
     store: IndexStore,
+    path: Path,
+    candidate: CandidateRecord,
     chunks: pd.DataFrame,
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
     **metadata: object,
 ) -> MaterializeResult:
-    """Metadata and checks of a built index; ``dimensions`` is (index dim, model dim) for dense indexes."""
+    """Metadata and checks of a built index at ``path``; ``dimensions`` is (index dim, model
+    dim) for dense indexes. The chunk ids listed for the checks are recorded for the seal, unless
+    the candidate reuses a sealed version as it is."""
     try:
-        return _checked(store.backend, store.count(), store.chunk_ids(), chunks, seconds, dimensions, **metadata)
+        listed = store.chunk_ids()
+        result = _checked(
+            store.backend,
+            store.count(),
+            listed,
+            chunks,
+            seconds,
+            dimensions,
+            path=str(path),
+            **build_metadata(candidate),
+            **metadata,
+        )
     finally:
         store.close()
+    if not candidate.reused:
+        record_listed_chunk_ids(path, listed)
+    return result
 
 
 def _checked(
@@ -301,13 +321,7 @@ def faiss_index(
             store = build_faiss_index(path, chunks, dense_embeddings, models.dense_model, build.context_tokens)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
-        store,
-        chunks,
-        timer["seconds"],
-        (store.dim, models.dense_encoder().dim),
-        path=str(path),
-        model=models.dense_model,
-        **build_metadata(index_candidate),
+        store, path, index_candidate, chunks, timer["seconds"], (store.dim, models.dense_encoder().dim), model=models.dense_model
     )
 
 
@@ -333,7 +347,7 @@ def qdrant_edge_index(
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
     version = storage.versions().version(index_candidate.version)
     path = version.layout.qdrant
-    described = {"path": str(path), "dense_model": models.dense_model, "sparse_model": models.sparse_model}
+    models_used = {"dense_model": models.dense_model, "sparse_model": models.sparse_model}
     sealed = sealed_chunk_ids(version) if index_candidate.reused else None
     if sealed is not None:
         # The reused version may be the one being served, whose shard this process cannot open;
@@ -346,7 +360,8 @@ def qdrant_edge_index(
             chunks,
             0.0,
             (manifest["dim"], models.dense_encoder().dim),
-            **described,
+            path=str(path),
+            **models_used,
             **build_metadata(index_candidate),
         )
     delta = candidate_delta(storage, index_candidate)
@@ -360,12 +375,7 @@ def qdrant_edge_index(
             store = build_qdrant_index(path, *vectors)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
-        store,
-        chunks,
-        timer["seconds"],
-        (store.dim, models.dense_encoder().dim),
-        **described,
-        **build_metadata(index_candidate),
+        store, path, index_candidate, chunks, timer["seconds"], (store.dim, models.dense_encoder().dim), **models_used
     )
 
 
@@ -398,7 +408,7 @@ def tantivy_index(
         else:
             store = build_lexical_index(path, chunks, build.context_tokens)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
-    return _index_result(store, chunks, timer["seconds"], path=str(path), **build_metadata(index_candidate))
+    return _index_result(store, path, index_candidate, chunks, timer["seconds"])
 
 
 @asset(
@@ -487,9 +497,10 @@ def index_version(
     servers = storage.servers()
     # A reused version was checked when it was sealed: its chunk table stands in for the embedded backends.
     sealed = sealed_chunk_ids(version)
-    embedded = {"sealed_version": sealed} if sealed is not None else backend_chunk_ids(version)
+    expected = set(chunks["chunk_id"])
+    embedded = {"sealed_version": sealed} if sealed is not None else checked_backend_chunk_ids(version, expected)
     held = {**embedded, **(servers.chunk_ids(version.id) if servers else {})}
-    differences = backend_differences(held, set(chunks["chunk_id"]))
+    differences = backend_differences(held, expected)
     disagreeing = disagreeing_backends(differences)
     consistent = not disagreeing
     if consistent and not version.sealed:

@@ -1,0 +1,68 @@
+"""The seal's view of what each embedded backend holds (real stores, seeded vectors, no models):
+a backend whose index step recorded exactly the build's chunk ids is not opened again; any other
+is listed, so a disagreement still names what is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from retrieval_assets.core.index.build import (
+    backend_chunk_ids,
+    backend_differences,
+    build_fingerprint,
+    build_faiss_index,
+    build_lexical_index,
+    build_qdrant_index,
+    checked_backend_chunk_ids,
+    record_listed_chunk_ids,
+)
+from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.stores.faiss_store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets_tests.core.index.test_delta import _chunks, _vectors
+
+STORES = (FaissDenseStore, QdrantEdgeStore, TantivyLexicalStore)
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[IndexVersion, pd.DataFrame]:
+    """An unsealed candidate with all three embedded indexes written, no listing recorded."""
+    chunks = _chunks()
+    version = IndexVersions(tmp_path / "indexes").candidate(build_fingerprint(chunks, settings="s"))
+    dense, sparse = _vectors(chunks)
+    build_faiss_index(version.layout.faiss, chunks, dense, "dense-model").close()
+    build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()
+    build_lexical_index(version.layout.lexical, chunks).close()
+    return version, chunks
+
+
+def _record_all(version: IndexVersion, ids: set[str]) -> None:
+    for path in (version.layout.faiss, version.layout.qdrant, version.layout.lexical):
+        record_listed_chunk_ids(path, ids)
+
+
+def test_recorded_listings_of_the_build_are_not_listed_again(built, monkeypatch) -> None:
+    version, chunks = built
+    expected = set(chunks["chunk_id"])
+    _record_all(version, expected)
+    for store_type in STORES:
+        monkeypatch.setattr(store_type, "open", classmethod(lambda cls, path: pytest.fail(f"{cls.__name__} opened")))
+    assert checked_backend_chunk_ids(version, expected) == {"faiss": expected, "qdrant": expected, "tantivy": expected}
+
+
+def test_backends_without_a_matching_listing_are_listed(built) -> None:
+    version, chunks = built
+    expected = set(chunks["chunk_id"])
+    assert checked_backend_chunk_ids(version, expected) == backend_chunk_ids(version)
+
+    # A listing recorded before tantivy lost a chunk no longer describes the build's chunk ids.
+    _record_all(version, expected - {"d0#0"})
+    with TantivyLexicalStore.open(version.layout.lexical) as store:
+        store.delete(["d0#0"])
+    held = checked_backend_chunk_ids(version, expected)
+    assert backend_differences(held, expected)["tantivy"] == {"missing": 1, "unexpected": 0}
+    assert held["faiss"] == held["qdrant"] == expected
