@@ -52,6 +52,11 @@ class QuarantineRecord(BaseModel):
     raw: str = ""
 
 
+def embedding_text(title: str | None, text: str) -> str:
+    """What encoders see of a chunk: the title gives every chunk of a document its topic."""
+    return f"{title}\n{text}" if title else text
+
+
 class Chunk(BaseModel):
     """A retrievable unit of a document; ``chunk_id`` is deterministic: ``{doc_id}#{ordinal}``."""
 
@@ -74,8 +79,7 @@ class Chunk(BaseModel):
 
     @property
     def embedding_text(self) -> str:
-        """What encoders see: the title gives every chunk of a document its topic."""
-        return f"{self.title}\n{self.text}" if self.title else self.text
+        return embedding_text(self.title, self.text)
 
 
 class SparseVector(BaseModel):

@@ -15,7 +15,7 @@ from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embeddi
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.cache import CacheStats
-from retrieval_assets.core.io.tables import frame_to_chunks
+from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, stopwatch, table_metadata
 from retrieval_assets.defs.partitions import shard_of, source_shards
 from retrieval_assets.defs.resources import (
@@ -42,9 +42,7 @@ def _embed_chunks(
     ``kind`` cache, and the metadata both embedding assets record."""
     cache = embedding_cache(storage.cache_dir, kind, encoder)
     with stopwatch() as timer:
-        frame, stats = embed(
-            frame_to_chunks(chunks), encoder, cache, log_progress(context, kind), build.embedding_block_rows
-        )
+        frame, stats = embed(chunks, encoder, cache, log_progress(context, kind), build.embedding_block_rows)
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
         cache.compact(list(frame["content_hash"]))
     seconds = timer["seconds"]
@@ -117,7 +115,7 @@ def embedding_cache_shard(
     source = sources[keys["source"]]
     cleaned = clean_catalog(read_raw_catalog(source), source)
     shard = [d for d in cleaned.documents if shard_of(d.doc_id) == keys["shard"]]
-    chunks = chunk_documents(shard, chunking.settings())
+    chunks = chunks_to_frame(chunk_documents(shard, chunking.settings()))
     dense, sparse = models.dense_encoder(), models.sparse_encoder()
     with stopwatch() as timer:
         block = build.embedding_block_rows
