@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.base import ProgressCallback
 from retrieval_assets.core.io.tables import write_parquet
@@ -60,14 +63,16 @@ class EmbeddingCache:
 
     def lookup(self, keys: Sequence[str]) -> pd.DataFrame:
         """Cached rows for ``keys`` (each at most once), in no particular order."""
-        wanted = set(keys)
+        # Matched in Arrow, and only matching rows become pandas rows: pandas' ``isin`` on
+        # Arrow strings looped in Python over the wanted keys, for every segment.
+        wanted = pa.array(set(keys), type=pa.string())
         found = []
         for segment in self.segments():
             try:
-                frame = pd.read_parquet(segment)
+                table = pq.read_table(segment)
             except FileNotFoundError:  # merged away by a concurrent compaction; its rows live on
                 continue
-            found.append(frame[frame[KEY].isin(wanted)])
+            found.append(table.filter(pc.is_in(table.column(KEY), value_set=wanted)).to_pandas())
         if not found:
             return pd.DataFrame({KEY: pd.Series([], dtype="string")})
         return pd.concat(found, ignore_index=True).drop_duplicates(KEY)

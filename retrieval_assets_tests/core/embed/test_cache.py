@@ -1,0 +1,44 @@
+"""The content-addressed embedding cache on disk (no models): look-ups across segments, and
+encoding only what the cache lacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from retrieval_assets.core.embed.cache import KEY, EmbeddingCache, encode_with_cache
+
+
+def _segment(keys: list[str], offset: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {KEY: pd.Series(keys, dtype="string"), "embedding": [np.full(3, offset + n, dtype=np.float32) for n in range(len(keys))]}
+    )
+
+
+def test_lookup_finds_each_wanted_key_once_across_segments(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, "model-a")
+    assert cache.lookup(["a"]).empty
+    cache.append(_segment(["a", "b", "c"], 0))
+    cache.append(_segment(["c", "d"], 10))  # "c" again, as a re-run after a crash may write it
+    found = cache.lookup(["d", "a", "c", "unknown"]).set_index(KEY)
+    assert sorted(found.index) == ["a", "c", "d"]
+    assert found["embedding"]["a"].tolist() == [0, 0, 0] and found["embedding"]["d"].tolist() == [11, 11, 11]
+    assert found.index.dtype == "string" and found["embedding"]["a"].dtype == np.float32
+
+
+def test_only_missing_texts_are_encoded_and_rows_follow_the_keys(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, "model-a")
+    cache.append(_segment(["a", "b"], 0))
+    encoded: list[str] = []
+
+    def encode(texts, _report):
+        encoded.extend(texts)
+        return pd.DataFrame({"embedding": [np.full(3, 100, dtype=np.float32) for _ in texts]})
+
+    rows, stats = encode_with_cache(["c", "a", "c", "b"], ["text c", "text a", "text c", "text b"], encode, cache)
+    assert encoded == ["text c"] and (stats.requested, stats.reused, stats.encoded) == (3, 2, 1)
+    assert rows[KEY].tolist() == ["c", "a", "c", "b"]
+    assert [vector[0] for vector in rows["embedding"]] == [100, 0, 100, 1]
+    assert set(cache.lookup(["c"])[KEY]) == {"c"}  # appended for the next run
