@@ -193,13 +193,19 @@ def build_qdrant_index(
 
 
 def write_qdrant_points(
-    store: QdrantEdgeStore, batches: Iterator[PointBatch], dense_model: str, sparse_model: str, **facts: object
+    store: QdrantEdgeStore,
+    batches: Iterator[PointBatch],
+    dense_model: str,
+    sparse_model: str,
+    defer_optimizing: bool = False,
+    **facts: object,
 ) -> QdrantEdgeStore:
-    """Upsert points into ``store`` (new, or a delta's copy of the base), optimise it and write its build manifest."""
+    """Upsert points into ``store`` (new, or a delta's copy of the base), optimise it (a delta's
+    few points may wait, ``QdrantEdgeStore.finalize``) and write its build manifest."""
     for payloads, vectors, sparse_part in batches:
         store.upsert(payloads, dense=vectors, sparse=sparse_part)
         fault_point("qdrant_edge_index")
-    store.finalize()
+    store.finalize(defer_optimizing=defer_optimizing)
     write_build_manifest(
         store.directory, dense_model=dense_model, sparse_model=sparse_model, dim=store.dim, count=store.count(), **facts
     )

@@ -303,7 +303,9 @@ def delta_qdrant_index(
     """The base's qdrant-edge shard with the deleted chunks removed and the upserted ones written."""
     _, _, batches = point_batches(delta.plan.upserted_rows(chunks), dense, sparse, context)
     store = delta.open_copy(QdrantEdgeStore, delta.base.layout.qdrant, path)
-    return write_qdrant_points(store, batches, dense_model, sparse_model, base_version=delta.base.id)
+    return write_qdrant_points(
+        store, batches, dense_model, sparse_model, defer_optimizing=True, base_version=delta.base.id
+    )
 
 
 def delta_lexical_index(

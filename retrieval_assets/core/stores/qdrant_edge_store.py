@@ -77,7 +77,8 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         self.field_types: dict[str, FieldType] = manifest["field_types"]
         self._bool_fields = {field for field, kind in self.field_types.items() if kind == "bool"}
         self._vector_names = ([DENSE_VECTOR] if self.dim else []) + [SPARSE_VECTOR]
-        self._unoptimized = 0
+        # Points written since the optimiser's last pass, kept in the manifest (``finalize``).
+        self._unoptimized: int = manifest.get("unoptimized_points", 0)
 
     @classmethod
     def create(
@@ -211,13 +212,20 @@ class QdrantEdgeStore(DenseStore, SparseStore):
     def upsert_sparse(self, payloads: Sequence[Payload], vectors: Sequence[SparseVector]) -> None:
         self.upsert(payloads, sparse=vectors)
 
-    def finalize(self) -> None:
-        """Build HNSW and payload indexes (blocking) and record the point count."""
+    def finalize(self, *, defer_optimizing: bool = False) -> None:
+        """Build HNSW and payload indexes (blocking) and record the point count.
+
+        With ``defer_optimizing`` (a delta's few points) the optimiser waits until
+        ``optimize_every`` points have been written since its last pass, counted across copies
+        of the shard: its pass rebuilt a segment's HNSW graph, 8 of the 10 s that a 1 % ACL
+        delta spent on the shard, while the points it leaves are searched exactly."""
         shard = self._open_shard()
-        shard.optimize()
-        self._unoptimized = 0
+        if not defer_optimizing or self._unoptimized >= self.optimize_every:
+            shard.optimize()
+            self._unoptimized = 0
         shard.flush()
         self._manifest["count"] = self.count()
+        self._manifest["unoptimized_points"] = self._unoptimized
         write_manifest(self.directory, self._manifest)
 
     def close(self) -> None:

@@ -716,3 +716,29 @@ def test_qdrant_optimised_while_writing_answers_as_one_pass(qdrant, tmp_path, mo
             # Documents sharing only the common SPARSE term tie; compare ids above that level.
             assert [h.chunk_id for h in got if h.score > 0.001] == [h.chunk_id for h in expected if h.score > 0.001]
     store.close()
+
+
+def test_qdrant_deferred_optimising_waits_for_enough_points_across_copies(qdrant, tmp_path, monkeypatch):
+    """A delta's few points wait for the optimiser until ``optimize_every`` have been written
+    since its last pass, counted across reopened copies, and are searched exactly meanwhile."""
+    monkeypatch.setattr(QdrantEdgeStore, "optimize_every", len(PAYLOADS) + 2)
+    path = tmp_path / "deferred"
+    store = QdrantEdgeStore.create(path, DIM, field_types=FIELD_TYPES)
+    store.upsert(PAYLOADS, dense=VECTORS, sparse=SPARSE)
+    store.finalize(defer_optimizing=True)
+    for i in range(len(PAYLOADS)):
+        got, expected = store.search_dense(VECTORS[i], top_k=5), qdrant.search_dense(VECTORS[i], top_k=5)
+        assert [h.chunk_id for h in got] == [h.chunk_id for h in expected]
+    store.close()
+    assert json.loads((path / "manifest.json").read_text())["unoptimized_points"] == len(PAYLOADS)
+
+    again = QdrantEdgeStore.open(path)  # as a later delta's copy: the count carries over
+    again.upsert(PAYLOADS[:1], dense=VECTORS[:1], sparse=SPARSE[:1])
+    again.finalize(defer_optimizing=True)
+    assert json.loads((path / "manifest.json").read_text())["unoptimized_points"] == len(PAYLOADS) + 1
+    again.upsert(PAYLOADS[:1], dense=VECTORS[:1], sparse=SPARSE[:1])
+    again.finalize(defer_optimizing=True)  # optimize_every reached: the optimiser has run
+    assert json.loads((path / "manifest.json").read_text())["unoptimized_points"] == 0
+    again.finalize()
+    assert again.chunk_ids() == set(CHUNK_IDS)
+    again.close()
