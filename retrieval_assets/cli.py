@@ -478,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     incremental.add_argument(
         "--resume",
         action="store_true",
-        help="time only the re-runs, against the full build an earlier run recorded in --workdir (its time and version)",
+        help="time only the re-runs, against the full build an earlier run recorded in --workdir "
+        "(its time and version)",
     )
     incremental.add_argument("--json-out", help="also write the result JSON to this file")
     incremental.set_defaults(func=cmd_bench_incremental)

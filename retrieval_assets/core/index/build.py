@@ -7,7 +7,7 @@ The ``index`` assets call these one at a time; nothing else builds an index.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -266,13 +266,14 @@ def backend_chunk_ids(version: IndexVersion) -> dict[str, set[str]]:
     return held
 
 
-def chunk_ids_digest(chunk_ids: Iterable[str]) -> str:
-    return content_hash(*sorted(chunk_ids))
+def _listing(chunk_ids: Collection[str]) -> dict[str, object]:
+    """What is recorded of a listing of chunk ids: their count and a digest of them."""
+    return {"count": len(chunk_ids), "digest": content_hash(*sorted(chunk_ids))}
 
 
 def record_listed_chunk_ids(path: Path, chunk_ids: set[str]) -> None:
     """Note, beside a backend's index, the chunk ids it was found to hold once written and closed."""
-    write_json({"count": len(chunk_ids), "digest": chunk_ids_digest(chunk_ids)}, path / LISTED_CHUNK_IDS)
+    write_json(_listing(chunk_ids), path / LISTED_CHUNK_IDS)
 
 
 def checked_backend_chunk_ids(version: IndexVersion, expected: set[str]) -> dict[str, set[str]]:
@@ -280,11 +281,11 @@ def checked_backend_chunk_ids(version: IndexVersion, expected: set[str]) -> dict
     ``expected`` after writing (``record_listed_chunk_ids``) is not opened and listed again: on
     the ACL Anthology's 104k chunks that took 4.6 s per build. Any other backend is listed, so a
     disagreement is reported with what is missing and what is unexpected."""
-    digest = chunk_ids_digest(expected)
+    wanted = _listing(expected)
     held = {}
     for name, store_type, path in _embedded_backends(version.layout):
         listed = path / LISTED_CHUNK_IDS
-        if listed.is_file() and json.loads(listed.read_text()) == {"count": len(expected), "digest": digest}:
+        if listed.is_file() and json.loads(listed.read_text()) == wanted:
             held[name] = expected
             continue
         with store_type.open(path) as store:

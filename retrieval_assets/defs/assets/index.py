@@ -321,7 +321,13 @@ def faiss_index(
             store = build_faiss_index(path, chunks, dense_embeddings, models.dense_model, build.context_tokens)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
-        store, path, index_candidate, chunks, timer["seconds"], (store.dim, models.dense_encoder().dim), model=models.dense_model
+        store,
+        path,
+        index_candidate,
+        chunks,
+        timer["seconds"],
+        (store.dim, models.dense_encoder().dim),
+        model=models.dense_model,
     )
 
 

@@ -12,9 +12,8 @@ from retrieval_assets.core.embed.cache import KEY, EmbeddingCache, encode_with_c
 
 
 def _segment(keys: list[str], offset: float) -> pd.DataFrame:
-    return pd.DataFrame(
-        {KEY: pd.Series(keys, dtype="string"), "embedding": [np.full(3, offset + n, dtype=np.float32) for n in range(len(keys))]}
-    )
+    vectors = [np.full(3, offset + n, dtype=np.float32) for n in range(len(keys))]
+    return pd.DataFrame({KEY: pd.Series(keys, dtype="string"), "embedding": vectors})
 
 
 def test_lookup_finds_each_wanted_key_once_across_segments(tmp_path: Path) -> None:

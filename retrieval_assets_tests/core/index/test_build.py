@@ -12,8 +12,8 @@ import pytest
 from retrieval_assets.core.index.build import (
     backend_chunk_ids,
     backend_differences,
-    build_fingerprint,
     build_faiss_index,
+    build_fingerprint,
     build_lexical_index,
     build_qdrant_index,
     checked_backend_chunk_ids,
