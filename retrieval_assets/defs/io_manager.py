@@ -1,5 +1,7 @@
 """Stores every table-valued asset as one Parquet file, and the small record-valued ones (frozen
-dataclasses such as the candidate version) as JSON, so that any asset can be re-materialized alone."""
+dataclasses such as the candidate version) as JSON, so that any asset can be re-materialized alone.
+
+An input declared with ``AssetIn(metadata={"columns": [...]})`` reads only those columns."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ class ParquetIOManager(ConfigurableIOManager):
             path = self._path(context, suffix)
             if path.exists():
                 if suffix == ".parquet":
-                    return pd.read_parquet(path)
+                    return pd.read_parquet(path, columns=(context.definition_metadata or {}).get("columns"))
                 record = json.loads(path.read_text())
                 module, name = record["type"].split(":")
                 return getattr(importlib.import_module(module), name)(**record["fields"])

@@ -17,12 +17,13 @@ import pandas as pd
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.embed.vectors import dense_matrix, sparse_vectors
+from retrieval_assets.core.faults import fault_point
 from retrieval_assets.core.index.graph import GraphBuild, edge_violations, save_edges
 from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
-from retrieval_assets.core.models import Document, SparseVector
+from retrieval_assets.core.models import SparseVector
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
 from retrieval_assets.core.settings import VocabularySettings
@@ -39,7 +40,6 @@ from retrieval_assets.core.stores.faiss_store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-from retrieval_assets.core.faults import fault_point
 
 # Points per slice handed to a Qdrant or OpenSearch build.
 UPSERT_ROWS = 4096
@@ -323,14 +323,11 @@ def seal_candidate(
     return versions.seal(version, fingerprint, chunks=len(expected), documents=int(chunks["doc_id"].nunique()), **facts)
 
 
-def graph_violations(graph: GraphBuild, documents: list[Document]) -> dict[str, int]:
-    return edge_violations(graph.edges, {doc.doc_id: doc.tenant_id for doc in documents})
-
-
-def publish_graph(graph: GraphBuild, documents: list[Document], path: Path) -> dict[str, int]:
+def publish_graph(graph: GraphBuild, tenant_of: Mapping[str, str], path: Path) -> dict[str, int]:
     """Write the tool graph to ``path``; a graph with an edge that names an unknown tool or
-    crosses tenants is not served at all (no graph, no expansion). Returns the violations."""
-    violations = graph_violations(graph, documents)
+    crosses tenants (``tenant_of``: each document id's tenant) is not served at all (no graph,
+    no expansion). Returns the violations."""
+    violations = edge_violations(graph.edges, tenant_of)
     if any(violations.values()):
         path.unlink(missing_ok=True)
     else:

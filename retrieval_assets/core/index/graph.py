@@ -63,6 +63,7 @@ about it than one annotated with fifteen), then by id.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -71,11 +72,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from retrieval_assets.core.models import Document, MetadataValue
 from retrieval_assets.core.io.tables import write_parquet
+from retrieval_assets.core.models import Document, MetadataValue
 
 EDGE_COLUMNS = ["source", "target", "relation", "tenant_id"]
 _EDGE_DTYPES = dict.fromkeys(EDGE_COLUMNS, "string")
@@ -140,24 +142,31 @@ def _values(value: MetadataValue) -> list[str] | None:
     return None
 
 
-def _relation_drop(doc: Document, relation: str, target: str, tenant_of: Mapping[str, str]) -> DropReason | None:
+def _relation_drop(
+    doc_id: str, tenant_id: str, relation: str, target: str, tenant_of: Mapping[str, str]
+) -> DropReason | None:
     if not relation or relation == IN_DOMAIN:
         return DropReason.RESERVED_RELATION
     if not target:
         return DropReason.BLANK_TARGET
-    if target == doc.doc_id:
+    if target == doc_id:
         return DropReason.SELF_LOOP
     owner = tenant_of.get(target)
     if owner is None:
         return DropReason.UNKNOWN_TARGET
-    return DropReason.CROSS_TENANT if owner != doc.tenant_id else None
+    return DropReason.CROSS_TENANT if owner != tenant_id else None
 
 
 def _candidate_edges(
-    doc: Document, domain_fields: Sequence[str], relation_prefix: str, tenant_of: Mapping[str, str]
+    doc_id: str,
+    tenant_id: str,
+    metadata: Mapping[str, MetadataValue],
+    domain_fields: Sequence[str],
+    relation_prefix: str,
+    tenant_of: Mapping[str, str],
 ) -> Iterator[tuple[tuple[str, str, str, str] | None, DropReason | None]]:
     """Each edge a document asks for, as (edge, None) or (None, why it is dropped)."""
-    for key, value in sorted(doc.metadata.items()):
+    for key, value in sorted(metadata.items()):
         if not key.startswith(relation_prefix):
             continue
         relation = key[len(relation_prefix) :]
@@ -166,12 +175,12 @@ def _candidate_edges(
             yield None, DropReason.INVALID_VALUE
             continue
         for target in (t.strip() for t in targets):
-            reason = _relation_drop(doc, relation, target, tenant_of)
-            yield (None, reason) if reason else ((doc.doc_id, target, relation, doc.tenant_id), None)
+            reason = _relation_drop(doc_id, tenant_id, relation, target, tenant_of)
+            yield (None, reason) if reason else ((doc_id, target, relation, tenant_id), None)
     for field_name in domain_fields:
-        if field_name not in doc.metadata:
+        if field_name not in metadata:
             continue
-        values = _values(doc.metadata[field_name])
+        values = _values(metadata[field_name])
         if values is None:
             yield None, DropReason.INVALID_VALUE
             continue
@@ -179,21 +188,24 @@ def _candidate_edges(
             if not value:
                 yield None, DropReason.BLANK_TARGET
             else:
-                yield (doc.doc_id, domain_node(field_name, value), IN_DOMAIN, doc.tenant_id), None
+                yield (doc_id, domain_node(field_name, value), IN_DOMAIN, tenant_id), None
 
 
-def collect_tool_graph(
-    documents: Iterable[Document],
-    domain_fields: Sequence[str] = DEFAULT_DOMAIN_FIELDS,
-    relation_prefix: str = DEFAULT_RELATION_PREFIX,
+# (doc_id, tenant_id, metadata) of a document that may ask for edges.
+_GraphNode = tuple[str, str, Mapping[str, MetadataValue]]
+
+
+def _collect(
+    nodes: Iterable[_GraphNode],
+    tenant_of: Mapping[str, str],
+    documents: int,
+    domain_fields: Sequence[str],
+    relation_prefix: str,
 ) -> GraphBuild:
-    """The edge table of ``documents`` plus the count of dropped edges by reason."""
-    docs = list(documents)
-    tenant_of = {doc.doc_id: doc.tenant_id for doc in docs}
     kept: set[tuple[str, str, str, str]] = set()
     dropped: Counter[str] = Counter()
-    for doc in docs:
-        for edge, reason in _candidate_edges(doc, domain_fields, relation_prefix, tenant_of):
+    for doc_id, tenant_id, metadata in nodes:
+        for edge, reason in _candidate_edges(doc_id, tenant_id, metadata, domain_fields, relation_prefix, tenant_of):
             if edge is not None and edge in kept:
                 reason = DropReason.DUPLICATE
             if reason is not None:
@@ -206,8 +218,51 @@ def collect_tool_graph(
     return GraphBuild(
         edges=edges,
         dropped={reason.value: dropped.get(reason.value, 0) for reason in DropReason},
-        documents=len(docs),
+        documents=documents,
     )
+
+
+def collect_tool_graph(
+    documents: Iterable[Document],
+    domain_fields: Sequence[str] = DEFAULT_DOMAIN_FIELDS,
+    relation_prefix: str = DEFAULT_RELATION_PREFIX,
+) -> GraphBuild:
+    """The edge table of ``documents`` plus the count of dropped edges by reason."""
+    docs = list(documents)
+    nodes = ((doc.doc_id, doc.tenant_id, doc.metadata) for doc in docs)
+    return _collect(nodes, document_tenants(docs), len(docs), domain_fields, relation_prefix)
+
+
+def collect_frame_graph(
+    documents: pd.DataFrame,
+    domain_fields: Sequence[str] = DEFAULT_DOMAIN_FIELDS,
+    relation_prefix: str = DEFAULT_RELATION_PREFIX,
+) -> GraphBuild:
+    """``collect_tool_graph`` over a documents frame's ``doc_id``, ``tenant_id`` and ``metadata``
+    (JSON) columns. Only rows whose metadata text names a relation or domain field are parsed: a
+    paper catalog has none, and parsing 103k ACL documents took 3 s of a one-document delta."""
+    needles = [json.dumps(relation_prefix, ensure_ascii=False)[:-1]]
+    needles += [json.dumps(field, ensure_ascii=False) for field in domain_fields]
+    metadata = documents["metadata"].astype("string")
+    asks = np.zeros(len(documents), dtype=bool)
+    for needle in needles:
+        asks |= metadata.str.contains(needle, regex=False).to_numpy(dtype=bool)
+    asking = documents[asks]
+    nodes = (
+        (doc_id, tenant_id, json.loads(text))
+        for doc_id, tenant_id, text in zip(asking["doc_id"], asking["tenant_id"], asking["metadata"], strict=True)
+    )
+    return _collect(nodes, frame_tenants(documents), len(documents), domain_fields, relation_prefix)
+
+
+def document_tenants(documents: Iterable[Document]) -> dict[str, str]:
+    """Each document id's tenant: what an edge's ends are checked against."""
+    return {doc.doc_id: doc.tenant_id for doc in documents}
+
+
+def frame_tenants(documents: pd.DataFrame) -> dict[str, str]:
+    """``document_tenants`` of a documents frame."""
+    return dict(zip(documents["doc_id"].tolist(), documents["tenant_id"].tolist(), strict=True))
 
 
 def build_tool_graph(

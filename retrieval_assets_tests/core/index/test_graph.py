@@ -18,6 +18,7 @@ from retrieval_assets.core.index.graph import (
     DropReason,
     ToolGraph,
     build_tool_graph,
+    collect_frame_graph,
     collect_tool_graph,
     domain_node,
     edge_violations,
@@ -25,6 +26,7 @@ from retrieval_assets.core.index.graph import (
     reverse_label,
     save_edges,
 )
+from retrieval_assets.core.io.tables import documents_to_frame
 from retrieval_assets.core.models import Document
 from retrieval_assets.paths import BUNDLED_DATA
 
@@ -316,3 +318,21 @@ def test_biotools_sample() -> None:
     hits = graph.expand([("samtools", 1.0)], tenant_id=None, max_nodes=20, max_fanout=10)
     assert len(hits) == 20
     assert all(hit.depth == 2 and hit.relation == SAME_DOMAIN for hit in hits)
+
+
+@pytest.mark.parametrize("domain_fields", [("topics",), ("topics", "operations")])
+def test_the_frame_graph_equals_the_document_graph(documents: list[Document], domain_fields) -> None:
+    """The documents frame path parses only rows whose metadata names a relation or domain
+    field; it must keep every edge and drop count, including a relation whose key is not
+    ASCII and a document that mentions the relation prefix only in a value."""
+    extra = [
+        Document(doc_id="ü-tool", title="t", text="x", metadata={"relations.benötigt": "bwa"}),
+        Document(doc_id="mention", title="t", text="x", metadata={"note": '"relations.requires": "bwa"'}),
+    ]
+    docs = [*documents, *extra]
+    frame = documents_to_frame(docs)[["doc_id", "tenant_id", "metadata"]]
+    expected = collect_tool_graph(docs, domain_fields=domain_fields)
+    got = collect_frame_graph(frame, domain_fields=domain_fields)
+    pd.testing.assert_frame_equal(got.edges, expected.edges)
+    assert (got.dropped, got.documents) == (expected.dropped, expected.documents)
+    assert ("ü-tool", "bwa", "benötigt") in {tuple(edge[:3]) for edge in _edges(got.edges)}
