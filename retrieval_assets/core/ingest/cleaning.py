@@ -30,17 +30,20 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from pydantic import BaseModel
 from pylatexenc import latexwalker
 from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
+from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, dump_metadata, frame_to_documents, raw_rows_to_frame
 from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
 
@@ -376,9 +379,91 @@ def parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: i
     return _to_document(_PARSERS[fmt](record, tenant_id), fmt, max_text_chars)
 
 
-# Turns one row into a Document or raises RowRejected: ``parse_row`` with the format, tenant and
-# limit bound, or a memo of it (``ingest.memo.ParsedRows``).
-RowParser = Callable[[RawRow], Document]
+# A row's parse as a flat record: the document's columns (metadata as JSON), or the id and why
+# the row was rejected. A catalog is cleaned as a frame of these, one per raw row, so that the
+# memo (``ingest.memo.ParsedRows``) can hand back the previous build's records without
+# building a Document per row.
+PARSE_COLUMNS: dict[str, str] = {**DOCUMENT_COLUMNS, "reason": "string", "detail": "string"}
+
+
+def parse_record(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> dict[str, Any]:
+    record = dict.fromkeys(PARSE_COLUMNS)
+    try:
+        doc = parse_row(row, fmt, tenant_id, max_text_chars)
+    except RowRejected as rejected:
+        return record | {"doc_id": rejected.doc_id, "reason": rejected.reason.value, "detail": rejected.detail}
+    return record | doc.model_dump() | {"metadata": dump_metadata(doc.metadata)}
+
+
+def parse_rows(
+    rows: Iterable[RawRow], fmt: CatalogFormat, tenant_id: str = "default", max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+) -> pd.DataFrame:
+    """One ``PARSE_COLUMNS`` record per row, in row order."""
+    if fmt not in _PARSERS:
+        raise ValueError(f"unknown catalog format {fmt!r}; expected one of {sorted(_PARSERS)}")
+    records = [parse_record(row, fmt, tenant_id, max_text_chars) for row in rows]
+    return pd.DataFrame(records, columns=list(PARSE_COLUMNS)).astype(PARSE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class CleanedFrame:
+    """``CleaningResult`` with the documents as a ``DOCUMENT_COLUMNS`` frame."""
+
+    documents: pd.DataFrame
+    quarantine: list[QuarantineRecord]
+    stats: CleaningStats
+
+    def result(self) -> CleaningResult:
+        """As Documents, for callers that work on a few of them."""
+        return CleaningResult(documents=frame_to_documents(self.documents), quarantine=self.quarantine, stats=self.stats)
+
+
+def clean_parsed(rows: pd.DataFrame, parsed: pd.DataFrame) -> CleanedFrame:
+    """Documents and quarantine records of raw rows (``RAW_ROW_COLUMNS``) from their parses
+    (``parse_rows``, row for row). The first kept row wins an id; later rows with that id are
+    ``duplicate_id``."""
+    if len(rows) != len(parsed):
+        raise ValueError(f"{len(rows)} raw rows but {len(parsed)} parses")
+    rows, parsed = rows.reset_index(drop=True), parsed.reset_index(drop=True)
+    rejected = parsed["reason"].notna().to_numpy(dtype=bool)
+    duplicate = np.zeros(len(parsed), dtype=bool)
+    duplicate[~rejected] = parsed.loc[~rejected, "doc_id"].duplicated(keep="first").to_numpy(dtype=bool)
+    kept = ~rejected & ~duplicate
+    # doc_id -> (line kept from, text), for duplicate details.
+    first = {}
+    if duplicate.any():
+        wanted = set(parsed.loc[duplicate, "doc_id"])
+        winners = parsed[kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool)]
+        lines = rows.loc[winners.index, "line_number"]
+        first = dict(zip(winners["doc_id"], zip(lines.tolist(), winners["text"].tolist(), strict=True), strict=True))
+    quarantine = []
+    for position in np.flatnonzero(~kept):
+        row, record = rows.iloc[position], parsed.iloc[position]
+        if rejected[position]:
+            reason, detail = record["reason"], record["detail"]
+        else:
+            line, text = first[record["doc_id"]]
+            reason = QuarantineReason.DUPLICATE_ID.value
+            detail = f"id already kept from line {line}; text is {'identical' if text == record['text'] else 'different'}"
+        quarantine.append(
+            QuarantineRecord(
+                source=row["source"],
+                line_number=int(row["line_number"]),
+                doc_id=None if pd.isna(record["doc_id"]) else record["doc_id"],
+                reason=reason,
+                detail=detail,
+                raw=row["raw"][:RAW_EXCERPT_CHARS],
+            )
+        )
+    counts = Counter(record.reason for record in quarantine)
+    stats = CleaningStats(
+        rows_in=len(rows),
+        rows_kept=int(kept.sum()),
+        rows_quarantined=len(quarantine),
+        by_reason={reason.value: counts.get(reason.value, 0) for reason in QuarantineReason},
+    )
+    documents = parsed.loc[kept, list(DOCUMENT_COLUMNS)].reset_index(drop=True).astype(DOCUMENT_COLUMNS)
+    return CleanedFrame(documents=documents, quarantine=quarantine, stats=stats)
 
 
 def clean_rows(
@@ -386,50 +471,9 @@ def clean_rows(
     fmt: CatalogFormat,
     tenant_id: str = "default",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    parse: RowParser | None = None,
 ) -> CleaningResult:
-    """Turn raw rows into Documents, quarantining each row that cannot be used and why.
-
-    The first kept row wins an id; later rows with that id are ``duplicate_id``.
-    """
-    if fmt not in _PARSERS:
-        raise ValueError(f"unknown catalog format {fmt!r}; expected one of {sorted(_PARSERS)}")
-    parse = parse or partial(parse_row, fmt=fmt, tenant_id=tenant_id, max_text_chars=max_text_chars)
-    documents: list[Document] = []
-    quarantine: list[QuarantineRecord] = []
-    kept: dict[str, tuple[int, str]] = {}  # doc_id -> (line kept from, text), for duplicate details
-    rows_in = 0
-
-    for row in rows:
-        rows_in += 1
-        try:
-            document = parse(row)
-            if document.doc_id in kept:
-                line, text = kept[document.doc_id]
-                same = "identical" if text == document.text else "different"
-                raise RowRejected(
-                    QuarantineReason.DUPLICATE_ID, f"id already kept from line {line}; text is {same}", document.doc_id
-                )
-        except RowRejected as rejected:
-            quarantine.append(
-                QuarantineRecord(
-                    source=row.source,
-                    line_number=row.line_number,
-                    doc_id=rejected.doc_id,
-                    reason=rejected.reason.value,
-                    detail=rejected.detail,
-                    raw=row.raw[:RAW_EXCERPT_CHARS],
-                )
-            )
-            continue
-        kept[document.doc_id] = (row.line_number, document.text)
-        documents.append(document)
-
-    counts = Counter(record.reason for record in quarantine)
-    stats = CleaningStats(
-        rows_in=rows_in,
-        rows_kept=len(documents),
-        rows_quarantined=len(quarantine),
-        by_reason={reason.value: counts.get(reason.value, 0) for reason in QuarantineReason},
-    )
-    return CleaningResult(documents=documents, quarantine=quarantine, stats=stats)
+    """Turn raw rows into Documents, quarantining each row that cannot be used and why
+    (``clean_parsed``)."""
+    rows = list(rows)
+    cleaned = clean_parsed(raw_rows_to_frame(rows), parse_rows(rows, fmt, tenant_id, max_text_chars))
+    return cleaned.result()

@@ -14,83 +14,61 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from retrieval_assets.core.ingest import chunking, cleaning
-from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.ingest.cleaning import (
-    QuarantineReason,
-    RowParser,
-    RowRejected,
-    parse_row,
-)
+from retrieval_assets.core.ingest.catalog import CatalogFormat
+from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, parse_rows
 from retrieval_assets.core.io.files import write_atomically
-from retrieval_assets.core.io.tables import CHUNK_COLUMNS, DOCUMENT_COLUMNS
-from retrieval_assets.core.models import Document
+from retrieval_assets.core.io.tables import CHUNK_COLUMNS, DOCUMENT_COLUMNS, frame_to_raw_rows
 from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
 CHUNKS_FILE = "chunks.parquet"
-_PARSED_COLUMNS = {"key": "string", **DOCUMENT_COLUMNS, "reason": "string", "detail": "string"}
 
 
 def _source_hash(*parts: object) -> str:
     return hashlib.blake2b("\x00".join(map(str, parts)).encode(), digest_size=8).hexdigest()
 
 
+def _empty_parses() -> pd.DataFrame:
+    return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in PARSE_COLUMNS.items()})
+
+
 class ParsedRows:
-    """Row parses (a Document, or the reason it was rejected) of the previous build by row key."""
+    """Row parses (``cleaning.parse_rows`` records) of the previous build, by row key."""
 
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / PARSED_FILE
-        self._previous: dict[str, dict[str, Any]] = {}
-        if self.path.is_file():
-            frame = pd.read_parquet(self.path)
-            self._previous = {record["key"]: record for record in frame.to_dict("records")}
-        self._seen: dict[str, dict[str, Any]] = {}
+        previous = pd.read_parquet(self.path) if self.path.is_file() else _empty_parses().assign(key="")
+        self._previous = previous.set_index("key")
+        self._seen: list[pd.DataFrame] = []
         self.reused = self.parsed = 0
 
-    def parser(self, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> RowParser:
+    def parse(self, raw: pd.DataFrame, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> pd.DataFrame:
+        """``parse_rows`` of a raw rows frame, taking the previous build's record of each row
+        seen before (same bytes, cleaning code, format, tenant and limit)."""
         salt = _source_hash(inspect.getsource(cleaning), fmt, tenant_id, max_text_chars)
-
-        def parse(row: RawRow) -> Document:
-            key = hashlib.blake2b(f"{salt}{int(row.utf8_error)}{row.raw}".encode(), digest_size=16).hexdigest()
-            record = self._previous.get(key)
-            if record is None:
-                record = self._parse(key, row, fmt, tenant_id, max_text_chars)
-                self.parsed += 1
-            else:
-                self.reused += 1
-            self._seen[key] = record
-            if record["reason"] is not None:
-                raise RowRejected(QuarantineReason(record["reason"]), record["detail"], record["doc_id"])
-            return Document.model_construct(
-                doc_id=record["doc_id"],
-                title=record["title"],
-                text=record["text"],
-                tenant_id=record["tenant_id"],
-                metadata=json.loads(record["metadata"]),
-            )
-
-        return parse
-
-    @staticmethod
-    def _parse(key: str, row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> dict[str, Any]:
-        empty = dict.fromkeys(_PARSED_COLUMNS) | {"key": key}
-        try:
-            doc = parse_row(row, fmt, tenant_id, max_text_chars)
-        except RowRejected as rejected:
-            return empty | {"doc_id": rejected.doc_id, "reason": rejected.reason.value, "detail": rejected.detail}
-        fields = doc.model_dump()
-        return empty | fields | {"metadata": json.dumps(fields["metadata"], ensure_ascii=False, sort_keys=True)}
+        keys = pd.Index(
+            [
+                hashlib.blake2b(f"{salt}{int(error)}{text}".encode(), digest_size=16).hexdigest()
+                for text, error in zip(raw["raw"].tolist(), raw["utf8_error"].tolist(), strict=True)
+            ]
+        )
+        known = keys.isin(self._previous.index)
+        fresh = parse_rows(frame_to_raw_rows(raw[~known]), fmt, tenant_id, max_text_chars).set_axis(keys[~known])
+        records = pd.concat([self._previous.loc[keys[known].unique()], fresh[~fresh.index.duplicated()]])
+        self._seen.append(records)
+        self.reused += int(known.sum())
+        self.parsed += len(fresh)
+        return records.loc[keys].reset_index(drop=True)
 
     def save(self) -> None:
         """Keep exactly the rows this build parsed or reused."""
-        frame = pd.DataFrame(list(self._seen.values()), columns=list(_PARSED_COLUMNS)).astype(_PARSED_COLUMNS)
+        seen = pd.concat(self._seen) if self._seen else self._previous.iloc[:0]
+        frame = seen[~seen.index.duplicated()].rename_axis("key").reset_index()
         write_atomically(self.path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 

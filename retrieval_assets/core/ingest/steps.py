@@ -26,10 +26,13 @@ from retrieval_assets.core.ingest.chunking import make_chunker
 from retrieval_assets.core.ingest.cleaning import (
     DEFAULT_MAX_TEXT_CHARS,
     RAW_EXCERPT_CHARS,
+    CleanedFrame,
     CleaningResult,
     CleaningStats,
     QuarantineReason,
+    clean_parsed,
     clean_rows,
+    parse_rows,
 )
 from retrieval_assets.core.ingest.inbox import (
     DocumentInbox,
@@ -41,6 +44,7 @@ from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     chunks_to_frame,
+    documents_to_frame,
     frame_to_documents,
     frame_to_raw_rows,
     raw_rows_to_frame,
@@ -77,13 +81,14 @@ def read_raw_catalogs(sources: Sequence[CatalogSource]) -> pd.DataFrame:
 
 @dataclass
 class CleanedCatalogs:
-    """The documents a build indexes: every catalog cleaned, then the inbox applied.
+    """The documents a build indexes (a ``DOCUMENT_COLUMNS`` frame): every catalog cleaned, then
+    the inbox applied.
 
     ``rows_in == len(documents) + len(quarantine) + superseded + tombstones``: a catalog or inbox
     document replaced by a later upsert, or removed by a delete, is ``superseded``; each delete
     entry is a ``tombstone``. ``receipts`` says what became of each inbox entry."""
 
-    documents: list[Document]
+    documents: pd.DataFrame
     quarantine: list[QuarantineRecord]
     stats: CleaningStats
     receipts: list[dict[str, Any]] = field(default_factory=list)
@@ -91,14 +96,24 @@ class CleanedCatalogs:
     tombstones: int = 0
 
 
-def clean_catalog(raw: pd.DataFrame, source: CatalogSource, memo: ParsedRows | None = None) -> CleaningResult:
+def _clean_source(raw: pd.DataFrame, source: CatalogSource, memo: ParsedRows | None) -> CleanedFrame:
+    """A catalog (not the inbox) source's rows cleaned with its format and tenant; with a
+    ``memo``, rows parsed by the last build are not parsed again."""
+    limit = DEFAULT_MAX_TEXT_CHARS
+    if memo is None:
+        parsed = parse_rows(frame_to_raw_rows(raw), source.format, source.tenant_id, limit)
+    else:
+        parsed = memo.parse(raw, source.format, source.tenant_id, limit)
+    return clean_parsed(raw, parsed)
+
+
+def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
     """One source's documents; for the inbox, the documents its entries leave (upserts applied,
-    deletes honoured). With a ``memo``, rows parsed by the last build are not parsed again."""
+    deletes honoured)."""
     if source.format == "inbox":
-        applied = apply_inbox([], frame_to_raw_rows(raw))
-        return CleaningResult(documents=applied.documents, quarantine=applied.quarantine, stats=applied.stats)
-    parse = memo.parser(source.format, source.tenant_id, DEFAULT_MAX_TEXT_CHARS) if memo else None
-    return clean_rows(frame_to_raw_rows(raw), source.format, source.tenant_id, parse=parse)
+        applied = apply_inbox(documents_to_frame([]), frame_to_raw_rows(raw))
+        return CleanedFrame(applied.documents, applied.quarantine, applied.stats).result()
+    return _clean_source(raw, source, None).result()
 
 
 def clean_catalogs(
@@ -112,13 +127,14 @@ def clean_catalogs(
         if source.format == "inbox":
             inbox_rows.append(rows)
         else:
-            results.append(clean_catalog(rows, source, memo))
+            results.append(_clean_source(rows, source, memo))
     if memo is not None:
         memo.save()
     claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
     if len(raw) != claimed:
         raise ValueError(f"{len(raw) - claimed} raw rows come from no configured source: re-materialize raw_catalog")
-    documents = [d for r in results for d in r.documents]
+    frames = [r.documents for r in results]
+    documents = pd.concat(frames, ignore_index=True) if frames else documents_to_frame([])
     quarantine = [q for r in results for q in r.quarantine]
     stats = CleaningStats.combine(r.stats for r in results)
     if not inbox_rows:
@@ -134,19 +150,21 @@ def clean_catalogs(
     )
 
 
-def apply_inbox(documents: Sequence[Document], rows: Iterable[RawRow]) -> CleanedCatalogs:
-    """``documents`` with the inbox entries in ``rows`` applied in order.
+def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatalogs:
+    """``documents`` (a ``DOCUMENT_COLUMNS`` frame) with the inbox entries in ``rows`` applied in order.
 
     An upsert's record is cleaned again with its format's rules (as the catalog's rows are);
     one that fails is quarantined and its receipt ``rejected``. An upsert replaces the
     document with the same id and tenant, or is added; an id another tenant's document holds is
     refused (``duplicate_id``), since chunk ids are per document id. A delete removes the
     document if present."""
-    slots: list[Document | None] = list(documents)
-    position = {(d.tenant_id, d.doc_id): i for i, d in enumerate(documents)}
+    keys = list(zip(documents["tenant_id"].tolist(), documents["doc_id"].tolist(), strict=True))
+    position = {key: i for i, key in enumerate(keys)}
+    # Position -> the document now there (None: deleted); positions past the frame are additions.
+    slots: dict[int, Document | None] = {}
     tenants_of: dict[str, set[str]] = {}
-    for doc in documents:
-        tenants_of.setdefault(doc.doc_id, set()).add(doc.tenant_id)
+    for tenant_id, doc_id in keys:
+        tenants_of.setdefault(doc_id, set()).add(tenant_id)
     quarantine: list[QuarantineRecord] = []
     receipts: list[dict[str, Any]] = []
     superseded = tombstones = rows_in = 0
@@ -205,12 +223,17 @@ def apply_inbox(documents: Sequence[Document], rows: Iterable[RawRow]) -> Cleane
             slots[position[key]] = doc
             superseded += 1
         else:
-            position[key] = len(slots)
-            slots.append(doc)
+            position[key] = len(documents) + len(slots)
+            slots[position[key]] = doc
         tenants_of.setdefault(doc.doc_id, set()).add(entry.tenant_id)
         receipt(entry, InboxOutcome.INDEXED)
 
-    kept = [doc for doc in slots if doc is not None]
+    # Unchanged rows stay as they are; replaced and added documents are placed by position.
+    base = documents.reset_index(drop=True)
+    unchanged = base.drop(index=[p for p in slots if p < len(base)])
+    placed = [(p, doc) for p, doc in sorted(slots.items()) if doc is not None]
+    changed = documents_to_frame(doc for _, doc in placed).set_axis([p for p, _ in placed])
+    kept = pd.concat([unchanged, changed]).sort_index().reset_index(drop=True)
     counts = {reason.value: 0 for reason in QuarantineReason}
     for record in quarantine:
         counts[record.reason] += 1

@@ -79,7 +79,7 @@ def _records(frame: pd.DataFrame, columns: dict[str, str], what: str) -> Iterato
         yield {key: None if pd.isna(value) else value for key, value in record.items()}
 
 
-def _dump_metadata(metadata: dict[str, MetadataValue]) -> str:
+def dump_metadata(metadata: dict[str, MetadataValue]) -> str:
     return json.dumps(metadata, ensure_ascii=False, sort_keys=True)
 
 
@@ -92,7 +92,7 @@ def frame_to_raw_rows(frame: pd.DataFrame) -> Iterator[RawRow]:
 
 
 def documents_to_frame(documents: Iterable[Document]) -> pd.DataFrame:
-    records = ({**doc.model_dump(), "metadata": _dump_metadata(doc.metadata)} for doc in documents)
+    records = ({**doc.model_dump(), "metadata": dump_metadata(doc.metadata)} for doc in documents)
     return _frame(records, DOCUMENT_COLUMNS)
 
 
@@ -116,7 +116,7 @@ def frame_to_receipts(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def chunks_to_frame(chunks: Iterable[Chunk]) -> pd.DataFrame:
-    records = ({**chunk.model_dump(), "metadata": _dump_metadata(chunk.metadata)} for chunk in chunks)
+    records = ({**chunk.model_dump(), "metadata": dump_metadata(chunk.metadata)} for chunk in chunks)
     return _frame(records, CHUNK_COLUMNS)
 
 

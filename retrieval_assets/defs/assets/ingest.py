@@ -14,15 +14,11 @@ from dagster import (
     multi_asset,
 )
 
+from retrieval_assets.core.ingest.cleaning import QuarantineReason
+from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
 from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs
-from retrieval_assets.core.io.tables import (
-    documents_to_frame,
-    quarantine_to_frame,
-    receipts_to_frame,
-)
-from retrieval_assets.core.ingest.inbox import InboxOutcome
-from retrieval_assets.core.ingest.cleaning import QuarantineReason
+from retrieval_assets.core.io.tables import quarantine_to_frame, receipts_to_frame
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
@@ -101,7 +97,7 @@ def cleaned_documents(
     memo = ParsedRows(storage.ingest_cache_dir)
     with stopwatch() as timer:
         result = clean_catalogs(raw_catalog, list(catalog.sources().values()), memo)
-    kept, quarantined = documents_to_frame(result.documents), quarantine_to_frame(result.quarantine)
+    kept, quarantined = result.documents, quarantine_to_frame(result.quarantine)
     receipts = receipts_to_frame(result.receipts)
     accounted = len(kept) + len(quarantined) + result.superseded + result.tombstones
     if accounted != len(raw_catalog):

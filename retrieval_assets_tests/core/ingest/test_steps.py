@@ -23,7 +23,7 @@ from retrieval_assets.core.ingest.steps import (
     clean_catalogs,
     read_raw_catalogs,
 )
-from retrieval_assets.core.io.tables import documents_to_frame
+from retrieval_assets.core.io.tables import frame_to_documents
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA
 
@@ -50,7 +50,7 @@ def _clean_with_inbox(tmp_path: Path, entries: list[InboxEntry], memo: ParsedRow
 
 def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_accounted_for(tmp_path: Path) -> None:
     catalog_only = clean_catalogs(read_raw_catalogs([CATALOG]), [CATALOG])
-    first, second = catalog_only.documents[0].doc_id, catalog_only.documents[1].doc_id
+    first, second = catalog_only.documents["doc_id"].iloc[:2]
     entries = [
         _upsert("posted-1", "A new abstract about zebrafish fin regeneration."),
         _upsert(first, "The first document, rewritten."),
@@ -62,7 +62,7 @@ def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_acco
     ]
     raw, cleaned = _clean_with_inbox(tmp_path, entries)
 
-    by_key = {(d.tenant_id, d.doc_id): d for d in cleaned.documents}
+    by_key = {(d.tenant_id, d.doc_id): d for d in frame_to_documents(cleaned.documents)}
     assert by_key[("default", "posted-1")].text == "The new abstract, corrected."
     assert by_key[("default", first)].text == "The first document, rewritten."
     assert ("default", second) not in by_key and ("acme", first) not in by_key
@@ -85,7 +85,7 @@ def test_archived_entries_are_replayed_before_pending_ones(tmp_path: Path) -> No
     inbox.append([older])
     inbox.take_in("v-earlier", {older.receipt: (InboxOutcome.INDEXED, None, None)})
     _, cleaned = _clean_with_inbox(tmp_path, [_upsert("posted-2", "Still pending.")])
-    posted = {d.doc_id: d.text for d in cleaned.documents if d.doc_id.startswith("posted-")}
+    posted = {d.doc_id: d.text for d in frame_to_documents(cleaned.documents) if d.doc_id.startswith("posted-")}
     assert posted == {"posted-1": "Taken in by an earlier version.", "posted-2": "Still pending."}
     assert [r["doc_id"] for r in cleaned.receipts] == ["posted-1", "posted-2"]
 
@@ -100,7 +100,7 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
         raw = read_raw_catalogs([source])
         memo = ParsedRows(memo_dir) if memo_dir else None
         cleaned = clean_catalogs(raw, [source], memo)
-        documents = documents_to_frame(cleaned.documents)
+        documents = cleaned.documents
         chunks, stats = chunk_frame(documents, settings, ChunkMemo(memo_dir, settings) if memo_dir else None)
         return documents, chunks, memo, stats
 
@@ -125,7 +125,7 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
 
 def test_memo_misses_when_the_chunker_settings_change(tmp_path: Path) -> None:
     cleaned = clean_catalogs(read_raw_catalogs([CATALOG]), [CATALOG])
-    documents = documents_to_frame(cleaned.documents[:20])
+    documents = cleaned.documents[:20]
     chunk_frame(documents, ChunkingSettings(), ChunkMemo(tmp_path, ChunkingSettings()))
     narrow = ChunkingSettings(window_words=40, overlap_words=10)
     chunks, stats = chunk_frame(documents, narrow, ChunkMemo(tmp_path, narrow))
@@ -146,4 +146,5 @@ def test_memo_keeps_quarantine_reasons_and_duplicate_rule(tmp_path: Path, bad_li
     memo = ParsedRows(tmp_path / "memo")
     again = clean_catalogs(raw, [source], memo)
     assert memo.reused == 3 and memo.parsed == 0
-    assert again.documents == plain.documents and again.quarantine == plain.quarantine
+    pd.testing.assert_frame_equal(again.documents, plain.documents)
+    assert again.quarantine == plain.quarantine
