@@ -67,6 +67,9 @@ def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_acco
     assert by_key[("default", first)].text == "The first document, rewritten."
     assert ("default", second) not in by_key and ("acme", first) not in by_key
     assert len(cleaned.documents) == len(catalog_only.documents)  # one added, one deleted
+    # A replaced document keeps its place, a deleted one leaves it, an added one comes last.
+    expected_order = [first, *catalog_only.documents["doc_id"].iloc[2:], "posted-1"]
+    assert cleaned.documents["doc_id"].tolist() == expected_order
     assert len(raw) == len(cleaned.documents) + len(cleaned.quarantine) + cleaned.superseded + cleaned.tombstones
     assert cleaned.superseded == 3 and cleaned.tombstones == 2
 
