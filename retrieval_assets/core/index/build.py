@@ -219,15 +219,20 @@ def build_lexical_index(
 
 
 def write_lexical_index(
-    path: Path, payloads: list[Payload], kinds: dict[str, dict[str, int]] | None = None, **facts: object
+    path: Path,
+    payloads: list[Payload],
+    kinds: dict[str, dict[str, int]] | None = None,
+    encoded: list[str | None] | None = None,
+    **facts: object,
 ) -> TantivyLexicalStore:
-    """A new tantivy index of ``payloads``, in their order. Its build manifest holds the facets
-    and the payloads' ``field_kinds`` (``kinds`` when the caller has them already), from which a
-    later delta build derives its filter field types without reading every payload."""
+    """A new tantivy index of ``payloads``, in their order (``encoded``: their JSON text where
+    the caller has it). Its build manifest holds the facets and the payloads' ``field_kinds``
+    (``kinds`` when the caller has them already), from which a later delta build derives its
+    filter field types without reading every payload."""
     kinds = field_kinds(payloads) if kinds is None else kinds
     field_types = field_types_from_kinds(kinds)
     store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
-    store.add(payloads)
+    store.add(payloads, encoded)
     fault_point("tantivy_index")
     store.finalize()
     facets = keyword_facets(payloads, field_types)

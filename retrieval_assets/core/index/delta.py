@@ -266,13 +266,20 @@ def delta_field_kinds(
 
 def candidate_payloads(
     base: IndexVersion, chunks: pd.DataFrame, plan: DeltaPlan, context: ContextTokenSettings | None = None
-) -> list[Payload]:
-    """The store payloads of every candidate chunk, in chunk order: the base's saved payload for
-    an unchanged chunk (same row, same settings: the same payload, without deriving it again),
-    a new one for an upserted chunk."""
+) -> tuple[list[Payload], list[str | None]]:
+    """The store payloads of every candidate chunk, in chunk order, and their JSON text where
+    the base saved it: the base's payload for an unchanged chunk (same row, same settings: the
+    same payload, without deriving it again), a new one (no text) for an upserted chunk."""
     fresh = {payload["chunk_id"]: payload for payload in index_payloads(plan.upserted_rows(chunks), context)}
-    kept = FaissDenseStore.stored_payloads(base.layout.faiss)
-    return [fresh.get(chunk_id) or kept[chunk_id] for chunk_id in chunks["chunk_id"]]
+    kept = FaissDenseStore.stored_payload_json(base.layout.faiss)
+    payloads: list[Payload] = []
+    texts: list[str | None] = []
+    for chunk_id in chunks["chunk_id"].tolist():
+        payload = fresh.get(chunk_id)
+        text = None if payload is not None else kept[chunk_id]
+        payloads.append(payload if payload is not None else json.loads(text))
+        texts.append(text)
+    return payloads, texts
 
 
 def delta_faiss_index(
@@ -313,9 +320,9 @@ def delta_lexical_index(
 ) -> TantivyLexicalStore:
     """The tantivy index rebuilt whole (see the module notes on BM25 statistics), from the
     base's payloads for the chunks that did not change."""
-    payloads = candidate_payloads(delta.base, chunks, delta.plan, context)
+    payloads, encoded = candidate_payloads(delta.base, chunks, delta.plan, context)
     kinds = delta_field_kinds(delta.base, chunks, delta.plan, context)
-    return write_lexical_index(path, payloads, kinds, base_version=delta.base.id)
+    return write_lexical_index(path, payloads, kinds, encoded, base_version=delta.base.id)
 
 
 def delta_term_counts(delta: Delta, chunks: pd.DataFrame) -> pd.DataFrame:

@@ -227,14 +227,20 @@ class FaissDenseStore(DenseStore):
             self._dirty = True
 
     @staticmethod
-    def stored_payloads(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, Payload]:
-        """The payloads saved at ``path`` (only ``chunk_ids`` when given) by chunk id, read
-        without loading the index: what a delta build reuses for the chunks it keeps."""
+    def stored_payload_json(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, str]:
+        """The payloads saved at ``path`` (only ``chunk_ids`` when given) as JSON text by chunk
+        id, read without loading the index: what a delta build reuses for the chunks it keeps."""
         directory, _ = read_manifest(path, FaissDenseStore.backend)
         table = pq.read_table(directory / PAYLOAD_FILE, columns=["chunk_id", "payload"])
         if chunk_ids is not None:
             table = table.filter(pc.is_in(table.column("chunk_id"), pa.array(list(chunk_ids), type=pa.string())))
-        return dict(zip(table.column("chunk_id").to_pylist(), map(json.loads, table.column("payload").to_pylist()), strict=True))
+        return dict(zip(table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), strict=True))
+
+    @staticmethod
+    def stored_payloads(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, Payload]:
+        """``stored_payload_json``, parsed."""
+        texts = FaissDenseStore.stored_payload_json(path, chunk_ids)
+        return {chunk_id: json.loads(text) for chunk_id, text in texts.items()}
 
     def search_dense(
         self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()

@@ -255,3 +255,29 @@ def test_an_id_set_filter_matches_any_of_its_values_and_nothing_else(store):
     assert sorted(doc_ids(hits)) == ["aspirin", "mri-dicom"]
     both_tenants = store.search_text("aspirin", top_k=10, filters=parse_filters({"tenant_id": ["acme", "globex"]}))
     assert sorted(doc_ids(both_tenants)) == ["aspirin", "other"]
+
+
+def test_a_second_batch_into_a_new_index_replaces(tmp_path):
+    # A new index skips per-chunk deletes for its first batch only.
+    store = TantivyLexicalStore.create(tmp_path / "index")
+    first = payload("stroke", 0, "acme", [], "Stroke", "An early draft about stroke.")
+    store.add([first])
+    store.add([dict(first, text="The final text about stroke.")])
+    store.finalize()
+    assert store.count() == 1
+    assert [h.payload["text"] for h in store.search_text("stroke", top_k=5)] == ["The final text about stroke."]
+    store.close()
+
+
+def test_an_encoded_payload_is_stored_as_given(tmp_path):
+    # A delta build passes the base's saved JSON for the chunks it keeps instead of encoding again.
+    store = TantivyLexicalStore.create(tmp_path / "index")
+    kept, fresh = PAYLOADS[0], PAYLOADS[2]
+    saved = json.dumps(dict(kept, note="as the base saved it"), ensure_ascii=False)
+    store.add([kept, fresh], encoded=[saved, None])
+    store.finalize()
+    by_chunk = {h.chunk_id: h.payload for h in store.search_text("aspirin stroke", top_k=5)}
+    assert by_chunk == {kept["chunk_id"]: json.loads(saved), fresh["chunk_id"]: fresh}
+    with pytest.raises(ValueError, match="encoded"):
+        store.add([kept], encoded=[])
+    store.close()
