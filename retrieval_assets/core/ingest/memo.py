@@ -43,7 +43,8 @@ class ParsedRows:
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / PARSED_FILE
         previous = pd.read_parquet(self.path) if self.path.is_file() else _empty_parses().assign(key="")
-        self._previous = previous.set_index("key")
+        # Keys as objects: pandas' isin on Arrow strings loops in Python over the values.
+        self._previous = previous.set_index(previous["key"].astype(object)).drop(columns="key")
         self._seen: list[pd.DataFrame] = []
         self.reused = self.parsed = 0
 
@@ -55,7 +56,8 @@ class ParsedRows:
             [
                 hashlib.blake2b(f"{salt}{int(error)}{text}".encode(), digest_size=16).hexdigest()
                 for text, error in zip(raw["raw"].tolist(), raw["utf8_error"].tolist(), strict=True)
-            ]
+            ],
+            dtype=object,
         )
         known = keys.isin(self._previous.index)
         fresh = parse_rows(frame_to_raw_rows(raw[~known]), fmt, tenant_id, max_text_chars).set_axis(keys[~known])
