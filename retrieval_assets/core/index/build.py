@@ -63,10 +63,10 @@ def _described(settings: Mapping[str, object]) -> str:
     return json.dumps({**settings, "tantivy_format": TANTIVY_FORMAT_VERSION}, sort_keys=True, default=str)
 
 
-def build_fingerprint(chunks: pd.DataFrame, **settings: object) -> str:
-    """What a build's indexes are made of: every chunk row (text, hash, metadata) plus the
-    models and index settings. Equal fingerprints mean the same indexes."""
-    rows = chunk_table(chunks).sort_values("chunk_id")["row_hash"]
+def build_fingerprint(table: pd.DataFrame, **settings: object) -> str:
+    """What a build's indexes are made of: every chunk row (its ``chunk_table``: text, hash,
+    metadata) plus the models and index settings. Equal fingerprints mean the same indexes."""
+    rows = table.sort_values("chunk_id")["row_hash"]
     return content_hash(rows.to_numpy().tobytes().hex(), _described(settings))
 
 
@@ -77,14 +77,14 @@ def settings_fingerprint(**settings: object) -> str:
 
 
 def candidate_fingerprints(
-    chunks: pd.DataFrame,
+    table: pd.DataFrame,
     dense_encoder: DenseEncoder,
     sparse_encoder: SparseEncoder,
     vocabulary: VocabularySettings,
     graph_domain_fields: tuple[str, ...] | list[str],
     context_tokens: ContextTokenSettings,
 ) -> tuple[str, str]:
-    """The build fingerprint (the version's name) and the settings fingerprint."""
+    """The build fingerprint (the version's name) of a ``chunk_table`` and the settings fingerprint."""
     settings = {
         "dense": encoder_fingerprint(dense_encoder),
         "sparse": encoder_fingerprint(sparse_encoder),
@@ -92,7 +92,7 @@ def candidate_fingerprints(
         "graph_domain_fields": list(graph_domain_fields),
         "context_tokens": context_tokens.model_dump(mode="json"),
     }
-    return build_fingerprint(chunks, **settings), settings_fingerprint(**settings)
+    return build_fingerprint(table, **settings), settings_fingerprint(**settings)
 
 
 def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = None) -> list[Payload]:

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
@@ -106,17 +107,17 @@ class BuildDecision:
     plan: DeltaPlan | None = None
 
 
-def plan_delta(chunks: pd.DataFrame, base: IndexVersion) -> DeltaPlan:
-    """Compare ``chunks`` with the chunk table ``base`` was sealed with."""
+def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | None = None) -> DeltaPlan:
+    """Compare ``chunks`` (whose ``chunk_table`` the caller may have made already) with the
+    chunk table ``base`` was sealed with."""
     before = pd.read_parquet(base.layout.chunks)
-    hash_before = dict(zip(before["chunk_id"], before["row_hash"].tolist(), strict=True))
-    current = chunk_table(chunks)
-    upserted = [
-        chunk_id
-        for chunk_id, row_hash in zip(current["chunk_id"], current["row_hash"].tolist(), strict=True)
-        if hash_before.get(chunk_id) != row_hash
-    ]
-    deleted = sorted(set(hash_before) - set(current["chunk_id"]))
+    current = chunk_table(chunks) if table is None else table
+    ids_before = pd.Index(before["chunk_id"].astype(object))
+    position = ids_before.get_indexer(current["chunk_id"].astype(object))
+    hashes_before = before["row_hash"].to_numpy()
+    same = (position >= 0) & (hashes_before[np.maximum(position, 0)] == current["row_hash"].to_numpy())
+    upserted = current.loc[~same, "chunk_id"].tolist()
+    deleted = sorted(set(ids_before) - set(current["chunk_id"]))
     documents = set(chunks.loc[chunks["chunk_id"].isin(upserted), "doc_id"])
     documents.update(before.loc[before["chunk_id"].isin(deleted), "doc_id"])
     return DeltaPlan(
@@ -135,9 +136,11 @@ def decide_build(
     base: IndexVersion | None,
     max_changed_fraction: float,
     context: ContextTokenSettings | None = None,
+    table: pd.DataFrame | None = None,
 ) -> BuildDecision:
     """A delta from ``base`` (the promoted version) when it is possible and the change is small
-    enough; otherwise a full build, with the reason."""
+    enough; otherwise a full build, with the reason. ``table``: the ``chunk_table`` of ``chunks``
+    when the caller has it."""
     if max_changed_fraction <= 0:
         return BuildDecision("delta builds are off (delta_max_changed_fraction = 0)")
     if base is None:
@@ -157,7 +160,7 @@ def decide_build(
         return BuildDecision(f"the promoted version {base.id} predates per-tenant term counts")
     if manifest["settings_fingerprint"] != settings_fingerprint:
         return BuildDecision(f"models or index settings changed since {base.id}")
-    plan = plan_delta(chunks, base)
+    plan = plan_delta(chunks, base, table)
     changed = len(plan.upserted) + len(plan.deleted)
     if plan.changed_fraction > max_changed_fraction:
         return BuildDecision(

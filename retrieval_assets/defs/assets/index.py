@@ -33,6 +33,7 @@ from retrieval_assets.core.index.build import (
     build_lexical_index,
     build_qdrant_index,
     candidate_fingerprints,
+    chunk_table,
     disagreeing_backends,
     point_batches,
     seal_candidate,
@@ -193,8 +194,9 @@ def index_candidate(
 ) -> MaterializeResult[CandidateRecord]:
     """The version this build writes, named by its fingerprint (chunks, models and index
     settings), and how: reused, as a delta from the promoted version, or in full."""
+    table = chunk_table(chunks)
     fingerprint, settings_fingerprint = candidate_fingerprints(
-        chunks,
+        table,
         models.dense_encoder(),
         models.sparse_encoder(),
         build.vocabulary,
@@ -209,7 +211,7 @@ def index_candidate(
         reason = "identical to a complete version"
     else:
         decision = decide_build(
-            chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens
+            chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
         )
         record_decision(version, decision)
         reason, plan = decision.reason, decision.plan

@@ -17,6 +17,7 @@ from retrieval_assets.core.index.build import (
     build_lexical_index,
     build_qdrant_index,
     checked_backend_chunk_ids,
+    chunk_table,
     record_listed_chunk_ids,
 )
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
@@ -32,7 +33,7 @@ STORES = (FaissDenseStore, QdrantEdgeStore, TantivyLexicalStore)
 def built(tmp_path: Path) -> tuple[IndexVersion, pd.DataFrame]:
     """An unsealed candidate with all three embedded indexes written, no listing recorded."""
     chunks = _chunks()
-    version = IndexVersions(tmp_path / "indexes").candidate(build_fingerprint(chunks, settings="s"))
+    version = IndexVersions(tmp_path / "indexes").candidate(build_fingerprint(chunk_table(chunks), settings="s"))
     dense, sparse = _vectors(chunks)
     build_faiss_index(version.layout.faiss, chunks, dense, "dense-model").close()
     build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()

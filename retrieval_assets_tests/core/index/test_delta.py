@@ -16,9 +16,16 @@ from retrieval_assets.core.index.build import (
     build_fingerprint,
     build_lexical_index,
     build_qdrant_index,
+    chunk_table,
     seal_candidate,
 )
-from retrieval_assets.core.index.delta import Delta, copy_keeping_holes, decide_build, delta_term_counts, record_decision
+from retrieval_assets.core.index.delta import (
+    Delta,
+    copy_keeping_holes,
+    decide_build,
+    delta_term_counts,
+    record_decision,
+)
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
 from retrieval_assets.core.io.tables import chunks_to_frame
@@ -61,7 +68,7 @@ def _vectors(chunks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _sealed_version(versions: IndexVersions, chunks: pd.DataFrame, settings: str = SETTINGS) -> IndexVersion:
-    fingerprint = build_fingerprint(chunks, settings=settings)
+    fingerprint = build_fingerprint(chunk_table(chunks), settings=settings)
     version = versions.candidate(fingerprint)
     dense, sparse = _vectors(chunks)
     build_faiss_index(version.layout.faiss, chunks, dense, "dense-model").close()
@@ -151,7 +158,7 @@ def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
     newer = [_sealed_version(versions, _chunks({"d1": {"text": f"Revision {n}."}})) for n in range(3)]
     versions.promote(newer[-1], reason="test")
     changed = _chunks({"d0": {"text": "In progress."}})
-    candidate = versions.candidate(build_fingerprint(changed, settings=SETTINGS))
+    candidate = versions.candidate(build_fingerprint(chunk_table(changed), settings=SETTINGS))
     decision = decide_build(changed, SETTINGS, old, 0.5)
     record_decision(candidate, decision)
     assert candidate.delta_base == old.id
