@@ -1,7 +1,8 @@
 """Stores every table-valued asset as one Parquet file, and the small record-valued ones (frozen
 dataclasses such as the candidate version) as JSON, so that any asset can be re-materialized alone.
 
-An input declared with ``AssetIn(metadata={"columns": [...]})`` reads only those columns."""
+An input declared with ``AssetIn(metadata={"columns": [...]})`` reads only those columns, and
+one with ``{"dtype_backend": "pyarrow"}`` keeps them as Arrow arrays (``pd.read_parquet``)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class ParquetIOManager(ConfigurableIOManager):
             path = self._path(context, suffix)
             if path.exists():
                 if suffix == ".parquet":
-                    return pd.read_parquet(path, columns=(context.definition_metadata or {}).get("columns"))
+                    options = context.definition_metadata or {}
+                    return pd.read_parquet(path, **{k: options[k] for k in ("columns", "dtype_backend") if k in options})
                 record = json.loads(path.read_text())
                 module, name = record["type"].split(":")
                 return getattr(importlib.import_module(module), name)(**record["fields"])

@@ -1,4 +1,8 @@
-"""Embedding tables: dense and sparse vectors keyed by chunk_id, stored as Parquet."""
+"""Embedding tables: dense and sparse vectors keyed by chunk_id, stored as Parquet.
+
+A table's vector columns hold a numpy array per row, or are Arrow lists (``pd.ArrowDtype``,
+read with ``dtype_backend="pyarrow"``): converting 104k ACL vectors into numpy arrays per row
+on reading costs more than reading them, and an index step may need only a few."""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from retrieval_assets.core.models import SparseVector
 
@@ -45,16 +51,33 @@ def _positions(frame: pd.DataFrame, chunk_ids: Sequence[str], what: str) -> np.n
     return found
 
 
+def _arrow_rows(column: pd.Series, positions: np.ndarray) -> pa.Array | None:
+    """The rows of an Arrow list column at ``positions``; None for a column of numpy arrays."""
+    if not isinstance(column.dtype, pd.ArrowDtype):
+        return None
+    return pa.array(column).take(pa.array(positions, type=pa.int64()))
+
+
 def dense_matrix(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> np.ndarray:
     """Vectors for ``chunk_ids`` in that order, as a float32 (n, dim) matrix."""
     if not len(chunk_ids):
         return np.zeros((0, 0), dtype=np.float32)
-    rows = frame["embedding"].to_numpy()[_positions(frame, chunk_ids, "dense embedding")]
-    return np.vstack(rows).astype(np.float32)
+    positions = _positions(frame, chunk_ids, "dense embedding")
+    rows = _arrow_rows(frame["embedding"], positions)
+    if rows is None:
+        return np.vstack(frame["embedding"].to_numpy()[positions]).astype(np.float32)
+    lengths = pc.list_value_length(rows).to_numpy(zero_copy_only=False)
+    if len(set(lengths.tolist())) != 1:
+        raise ValueError(f"dense embedding table mixes vector lengths {sorted(set(lengths.tolist()))}")
+    return rows.flatten().to_numpy(zero_copy_only=False).reshape(len(positions), -1).astype(np.float32)
 
 
 def sparse_vectors(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> list[SparseVector]:
     """Sparse vectors for ``chunk_ids`` in that order."""
     found = _positions(frame, chunk_ids, "sparse embedding")
+    arrow_indices = _arrow_rows(frame["indices"], found)
+    if arrow_indices is not None:
+        values = _arrow_rows(frame["values"], found).to_pylist()
+        return [SparseVector(indices=i, values=v) for i, v in zip(arrow_indices.to_pylist(), values, strict=True)]
     indices, values = frame["indices"].to_numpy(), frame["values"].to_numpy()
     return [SparseVector(indices=indices[p].tolist(), values=values[p].tolist()) for p in found]

@@ -61,6 +61,7 @@ from retrieval_assets.core.index.vocabulary import (
     update_term_counts,
 )
 from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.io.memory import collection_paused
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.stores.base import (
     Payload,
@@ -277,11 +278,12 @@ def candidate_payloads(
     kept = FaissDenseStore.stored_payload_json(base.layout.faiss)
     payloads: list[Payload] = []
     texts: list[str | None] = []
-    for chunk_id in chunks["chunk_id"].tolist():
-        payload = fresh.get(chunk_id)
-        text = None if payload is not None else kept[chunk_id]
-        payloads.append(payload if payload is not None else json.loads(text))
-        texts.append(text)
+    with collection_paused():
+        for chunk_id in chunks["chunk_id"].tolist():
+            payload = fresh.get(chunk_id)
+            text = None if payload is not None else kept[chunk_id]
+            payloads.append(payload if payload is not None else json.loads(text))
+            texts.append(text)
     return payloads, texts
 
 

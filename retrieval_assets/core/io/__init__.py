@@ -1,1 +1,1 @@
-"""Files and Parquet tables, written atomically."""
+"""Files and Parquet tables, written atomically; building many small objects at once."""

@@ -18,6 +18,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetIn,
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
@@ -70,6 +71,8 @@ GROUP = "index"
 INDEX_WRITES_POOL = "index_writes"
 # Nightly builds: warn when an index misses one night, fail when it misses two.
 NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(hours=50), warn_window=timedelta(hours=26))
+# Embedding tables read as Arrow lists (``core.embed.vectors``): a delta takes a few rows of 104k.
+ARROW_VECTORS = AssetIn(metadata={"dtype_backend": "pyarrow"})
 
 
 def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
@@ -301,6 +304,7 @@ def vocabulary(
     pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("faiss_index"),
+    ins={"dense_embeddings": ARROW_VECTORS},
 )
 def faiss_index(
     context: AssetExecutionContext,
@@ -341,6 +345,7 @@ def faiss_index(
     pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("qdrant_edge_index"),
+    ins={"dense_embeddings": ARROW_VECTORS, "sparse_embeddings": ARROW_VECTORS},
 )
 def qdrant_edge_index(
     context: AssetExecutionContext,
@@ -435,6 +440,7 @@ def tantivy_index(
             "(passes trivially when no server is configured).",
         )
     ],
+    ins={"dense_embeddings": ARROW_VECTORS, "sparse_embeddings": ARROW_VECTORS},
 )
 def server_indexes(
     context: AssetExecutionContext,
