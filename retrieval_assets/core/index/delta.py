@@ -206,10 +206,14 @@ class Delta:
         left), opened, with the deleted chunks removed."""
         if not self.base.sealed:
             raise VersionError(f"delta base {self.base.id} is no longer complete; re-run the build")
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(source, target, copy_function=copy_keeping_holes)
-        store = store_type.open(target)
+        if store_type is FaissDenseStore:
+            store = FaissDenseStore.open(source)
+            store.save_to(target)
+        else:
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(source, target, copy_function=copy_keeping_holes)
+            store = store_type.open(target)
         store.delete(self.plan.deleted)
         return store
 

@@ -168,6 +168,12 @@ class FaissDenseStore(DenseStore):
             raise ValueError(f"{directory}: {INDEX_FILE} and {PAYLOAD_FILE} are out of sync")
         return cls(directory, index, table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), manifest)
 
+    def save_to(self, path: str | os.PathLike[str]) -> None:
+        """Save into ``path`` (a new or replaced directory) from now on: the index is held in
+        memory whole, so a copy of a store is ``open`` then this, not a copy of its files."""
+        self.directory = prepare_index_dir(path, overwrite=True)
+        self._dirty = True
+
     @property
     def _payloads(self) -> list[Payload]:
         """The payloads, parsed on first use (a search); concurrent first uses parse the same list."""
