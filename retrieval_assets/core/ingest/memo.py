@@ -21,8 +21,7 @@ import pandas as pd
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.catalog import CatalogFormat
 from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, parse_rows
-from retrieval_assets.core.io.files import write_atomically
-from retrieval_assets.core.io.tables import CHUNK_COLUMNS, DOCUMENT_COLUMNS, frame_to_raw_rows
+from retrieval_assets.core.io.tables import CHUNK_COLUMNS, DOCUMENT_COLUMNS, frame_to_raw_rows, write_parquet
 from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
@@ -71,7 +70,7 @@ class ParsedRows:
         """Keep exactly the rows this build parsed or reused."""
         seen = pd.concat(self._seen) if self._seen else self._previous.iloc[:0]
         frame = seen[~seen.index.duplicated()].rename_axis("key").reset_index()
-        write_atomically(self.path, lambda tmp: frame.to_parquet(tmp, index=False))
+        write_parquet(frame, self.path)
 
 
 class ChunkMemo:
@@ -92,4 +91,4 @@ class ChunkMemo:
         return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in {**CHUNK_COLUMNS, "doc_key": "uint64"}.items()})
 
     def save(self, frame: pd.DataFrame) -> None:
-        write_atomically(self.path, lambda tmp: frame.to_parquet(tmp, index=False))
+        write_parquet(frame, self.path)
