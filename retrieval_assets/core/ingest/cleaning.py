@@ -30,7 +30,7 @@ import json
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
@@ -43,7 +43,7 @@ from pylatexenc import latexwalker
 from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, dump_metadata, frame_to_documents, raw_rows_to_frame
+from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, RAW_ROW_COLUMNS, dump_metadata, frame_to_documents
 from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
 
@@ -418,13 +418,22 @@ class CleanedFrame:
         return CleaningResult(documents=frame_to_documents(self.documents), quarantine=self.quarantine, stats=self.stats)
 
 
-def clean_parsed(rows: pd.DataFrame, parsed: pd.DataFrame) -> CleanedFrame:
-    """Documents and quarantine records of raw rows (``RAW_ROW_COLUMNS``) from their parses
-    (``parse_rows``, row for row). The first kept row wins an id; later rows with that id are
-    ``duplicate_id``."""
+def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) -> CleanedFrame:
+    """Documents and quarantine records of raw rows from their parses (``parse_rows``, row for
+    row). The rows are a ``RAW_ROW_COLUMNS`` frame or the ``RawRow``s themselves, which may hold
+    text no Arrow string can (a lone surrogate in a document posted through the API). The first
+    kept row wins an id; later rows with that id are ``duplicate_id``."""
     if len(rows) != len(parsed):
         raise ValueError(f"{len(rows)} raw rows but {len(parsed)} parses")
-    rows, parsed = rows.reset_index(drop=True), parsed.reset_index(drop=True)
+    if isinstance(rows, pd.DataFrame):
+        rows = rows.reset_index(drop=True)
+    parsed = parsed.reset_index(drop=True)
+
+    def raw_row(position: int) -> RawRow:
+        if isinstance(rows, pd.DataFrame):
+            return RawRow(**rows.iloc[position][list(RAW_ROW_COLUMNS)].to_dict())
+        return rows[position]
+
     rejected = parsed["reason"].notna().to_numpy(dtype=bool)
     duplicate = np.zeros(len(parsed), dtype=bool)
     duplicate[~rejected] = parsed.loc[~rejected, "doc_id"].duplicated(keep="first").to_numpy(dtype=bool)
@@ -433,12 +442,11 @@ def clean_parsed(rows: pd.DataFrame, parsed: pd.DataFrame) -> CleanedFrame:
     first = {}
     if duplicate.any():
         wanted = set(parsed.loc[duplicate, "doc_id"])
-        winners = parsed[kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool)]
-        lines = rows.loc[winners.index, "line_number"]
-        first = dict(zip(winners["doc_id"], zip(lines.tolist(), winners["text"].tolist(), strict=True), strict=True))
+        for position in np.flatnonzero(kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool)):
+            first[parsed.at[position, "doc_id"]] = (raw_row(position).line_number, parsed.at[position, "text"])
     quarantine = []
     for position in np.flatnonzero(~kept):
-        row, record = rows.iloc[position], parsed.iloc[position]
+        row, record = raw_row(position), parsed.iloc[position]
         if rejected[position]:
             reason, detail = record["reason"], record["detail"]
         else:
@@ -447,12 +455,12 @@ def clean_parsed(rows: pd.DataFrame, parsed: pd.DataFrame) -> CleanedFrame:
             detail = f"id already kept from line {line}; text is {'identical' if text == record['text'] else 'different'}"
         quarantine.append(
             QuarantineRecord(
-                source=row["source"],
-                line_number=int(row["line_number"]),
+                source=row.source,
+                line_number=row.line_number,
                 doc_id=None if pd.isna(record["doc_id"]) else record["doc_id"],
                 reason=reason,
                 detail=detail,
-                raw=row["raw"][:RAW_EXCERPT_CHARS],
+                raw=row.raw[:RAW_EXCERPT_CHARS],
             )
         )
     counts = Counter(record.reason for record in quarantine)
@@ -475,5 +483,4 @@ def clean_rows(
     """Turn raw rows into Documents, quarantining each row that cannot be used and why
     (``clean_parsed``)."""
     rows = list(rows)
-    cleaned = clean_parsed(raw_rows_to_frame(rows), parse_rows(rows, fmt, tenant_id, max_text_chars))
-    return cleaned.result()
+    return clean_parsed(rows, parse_rows(rows, fmt, tenant_id, max_text_chars)).result()
