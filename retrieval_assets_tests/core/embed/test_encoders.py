@@ -17,6 +17,7 @@ from retrieval_assets.core.embed.base import DenseEncoder, ModelLoadError, Spars
 from retrieval_assets.core.embed.dense import OnnxDenseEncoder, load_dense_encoder
 from retrieval_assets.core.embed.device import onnx_providers, resolve_device
 from retrieval_assets.core.embed.packaged import BGE_QUERY_PREFIX, PACKAGED_MODELS, resolve_model_path
+from retrieval_assets.core.embed import sparse as sparse_module
 from retrieval_assets.core.embed.sparse import load_sparse_encoder
 from retrieval_assets.core.models import SparseVector
 
@@ -218,6 +219,20 @@ def test_splade_same_text_same_vector_alone_or_in_any_batch(splade: SparseEncode
         )
     queries = splade.encode_queries(MIXED)
     assert [q.indices for q in queries] == [b.indices for b in batched]
+
+
+def test_splade_vocabulary_head_in_slices_gives_the_same_vectors(
+    splade: SparseEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slices far smaller than a text: each text's tokens span several, and one slice holds the
+    # end of one text and the start of the next. (Matrix products of another height may round
+    # the last bit differently.)
+    whole = splade.encode_documents(MIXED)
+    monkeypatch.setattr(sparse_module, "HEAD_TOKENS", 7)
+    for got, want in zip(splade.encode_documents(MIXED), whole, strict=True):
+        np.testing.assert_allclose(
+            _as_dense(got, splade.vocab_size), _as_dense(want, splade.vocab_size), rtol=0, atol=1e-5
+        )
 
 
 def test_splade_progress_reports_each_batch(splade: SparseEncoder) -> None:
