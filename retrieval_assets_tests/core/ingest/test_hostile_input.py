@@ -18,7 +18,7 @@ from dagster import materialize
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
-from retrieval_assets.core.ingest.catalog import CatalogSource, read_raw_rows
+from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow, read_raw_rows
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
@@ -155,3 +155,13 @@ def test_each_former_crash_is_quarantined_with_its_reason_or_survives_every_buil
     assert not cleaned.quarantine and len(cleaned.documents) == 1
     build, version = build_catalog(tmp_path / "home", path)
     assert version.sealed and build.documents == build.chunks == 1 and build.quarantined == 0
+
+
+def test_a_row_holding_a_lone_surrogate_itself_is_quarantined() -> None:
+    # What a posted document's record becomes when the API hands it over: the surrogate is a
+    # character of the row, not an escape, and no Arrow string (no Parquet frame) can hold it.
+    record = {"id": "sur-3", "name": "S", "description": "a lone \ud800 surrogate"}
+    row = RawRow(source="inbox", line_number=1, raw=json.dumps(record, ensure_ascii=False))
+    cleaned = clean_rows([row], "tool_catalog")
+    assert [(q.doc_id, q.reason) for q in cleaned.quarantine] == [(None, "invalid_utf8")] and not cleaned.documents
+    assert cleaned.quarantine[0].raw == row.raw
