@@ -31,10 +31,7 @@ full build of the same catalog:
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -203,44 +200,12 @@ class Delta:
 
     def open_copy(self, store_type: type[Store], source: Path, target: Path) -> Store:
         """A copy of one of the base's indexes at ``target`` (replacing what an interrupted run
-        left), opened, with the deleted chunks removed."""
+        left; each store copies itself as it best can), opened, with the deleted chunks removed."""
         if not self.base.sealed:
             raise VersionError(f"delta base {self.base.id} is no longer complete; re-run the build")
-        if store_type is FaissDenseStore:
-            store = FaissDenseStore.open(source)
-            store.save_to(target)
-        else:
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(source, target, copy_function=copy_keeping_holes)
-            store = store_type.open(target)
+        store = store_type.open_copy(source, target)
         store.delete(self.plan.deleted)
         return store
-
-
-def copy_keeping_holes(source: str, target: str) -> None:
-    """Copy a file's data extents only: qdrant's memory-mapped storage is preallocated and mostly
-    holes, which a plain copy writes out (a 505 MB ACL shard became 819 MB). Falls back to a
-    plain copy where the system cannot seek holes or copy ranges in the kernel."""
-    try:
-        with open(source, "rb") as reader, open(target, "wb") as writer:
-            size = os.fstat(reader.fileno()).st_size
-            offset = 0
-            while offset < size:
-                try:
-                    start = os.lseek(reader.fileno(), offset, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno != errno.ENXIO:  # ENXIO: nothing but a hole is left
-                        raise
-                    break
-                offset = os.lseek(reader.fileno(), start, os.SEEK_HOLE)
-                while start < offset:
-                    start += os.copy_file_range(reader.fileno(), writer.fileno(), offset - start, start, start)
-            writer.truncate(size)
-    except (AttributeError, OSError):
-        shutil.copy2(source, target)
-        return
-    shutil.copystat(source, target)
 
 
 def load_delta(versions: IndexVersions, candidate: CandidateRecord) -> Delta | None:

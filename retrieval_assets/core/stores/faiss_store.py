@@ -168,11 +168,14 @@ class FaissDenseStore(DenseStore):
             raise ValueError(f"{directory}: {INDEX_FILE} and {PAYLOAD_FILE} are out of sync")
         return cls(directory, index, table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), manifest)
 
-    def save_to(self, path: str | os.PathLike[str]) -> None:
-        """Save into ``path`` (a new or replaced directory) from now on: the index is held in
-        memory whole, so a copy of a store is ``open`` then this, not a copy of its files."""
-        self.directory = prepare_index_dir(path, overwrite=True)
-        self._dirty = True
+    @classmethod
+    def open_copy(cls, source: str | os.PathLike[str], target: str | os.PathLike[str]) -> FaissDenseStore:
+        """The store at ``source``, opened to save into ``target`` (a new or replaced directory):
+        the index is held in memory whole, so its files need no copying first."""
+        store = cls.open(source)
+        store.directory = prepare_index_dir(target, overwrite=True)
+        store._dirty = True
+        return store
 
     @property
     def _payloads(self) -> list[Payload]:

@@ -17,6 +17,7 @@ Engine notes (qdrant-edge-py 0.9.0):
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import qdrant_edge as qe
 
+from retrieval_assets.core.io.files import copy_keeping_holes
 from retrieval_assets.core.stores.filters import FilterError, MetadataFilter
 from retrieval_assets.core.models import SparseVector, StoreHit
 from retrieval_assets.core.stores.base import (
@@ -135,6 +137,15 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         }
         write_manifest(directory, manifest)
         return cls(directory, shard, manifest)
+
+    @classmethod
+    def open_copy(cls, source: str | os.PathLike[str], target: str | os.PathLike[str]) -> QdrantEdgeStore:
+        """A copy of the shard at ``source`` in ``target`` (replacing what is there), opened; the
+        copy keeps the holes of the preallocated memory-mapped files."""
+        if Path(target).exists():
+            shutil.rmtree(target)
+        shutil.copytree(source, target, copy_function=copy_keeping_holes)
+        return cls.open(target)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> QdrantEdgeStore:

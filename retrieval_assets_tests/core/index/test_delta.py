@@ -21,7 +21,6 @@ from retrieval_assets.core.index.build import (
 )
 from retrieval_assets.core.index.delta import (
     Delta,
-    copy_keeping_holes,
     decide_build,
     delta_term_counts,
     record_decision,
@@ -166,15 +165,3 @@ def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
     # A full build (or a sealed candidate) protects nothing.
     record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5))
     assert candidate.delta_base is None and versions.prune(keep=1) == [old.id]
-
-
-def test_copies_keep_the_holes_of_sparse_files(tmp_path: Path) -> None:
-    source, target = tmp_path / "mapped.bin", tmp_path / "copy.bin"
-    with source.open("wb") as handle:  # 64 MiB, of which two 4 KiB blocks hold data
-        handle.write(b"head" * 1024)
-        handle.seek(32 << 20)
-        handle.write(b"tail" * 1024)
-        handle.truncate(64 << 20)
-    copy_keeping_holes(str(source), str(target))
-    assert target.read_bytes() == source.read_bytes()
-    assert target.stat().st_blocks * 512 <= source.stat().st_blocks * 512 + (1 << 20) < (8 << 20)

@@ -242,13 +242,12 @@ def test_dense_delete_removes_chunks_from_search_and_disk(dense):
     assert reopened.search_dense(VECTORS[0], top_k=1)[0].payload == PAYLOADS[0]
 
 
-def test_faiss_store_saved_to_a_new_directory_leaves_the_original_unchanged(tmp_path):
+def test_faiss_store_copy_leaves_the_original_unchanged(tmp_path):
     # A delta build's copy of the base's FAISS index: opened from the base, saved elsewhere.
     base, copy = tmp_path / "base", tmp_path / "copy"
     with FaissDenseStore.create(base, DIM) as store:
         store.upsert_dense(PAYLOADS, VECTORS)
-    store = FaissDenseStore.open(base)
-    store.save_to(copy)
+    store = FaissDenseStore.open_copy(base, copy)
     store.delete([CHUNK_IDS[2]])
     store.finalize()
     assert FaissDenseStore.open(copy).chunk_ids() == set(CHUNK_IDS) - {CHUNK_IDS[2]}
