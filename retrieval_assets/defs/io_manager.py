@@ -1,22 +1,42 @@
 """Stores every table-valued asset as one Parquet file, and the small record-valued ones (frozen
 dataclasses such as the candidate version) as JSON, so that any asset can be re-materialized alone.
 
-An input declared with ``AssetIn(metadata={"columns": [...]})`` reads only those columns, and
-one with ``{"dtype_backend": "pyarrow"}`` keeps them as Arrow arrays (``pd.read_parquet``)."""
+An input declared with ``AssetIn(metadata={"columns": [...]})`` reads only those columns, one
+with ``{"dtype_backend": "pyarrow"}`` keeps them as Arrow arrays (``pd.read_parquet``), and one
+with ``{"deferred": True}`` is a ``StoredTable`` that the step reads only if it needs it."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.tables import write_parquet
+
+
+@dataclass(frozen=True)
+class StoredTable:
+    """An asset's stored table, not yet read: for a step that may not need it (the server build
+    when no server is configured skips reading 104k ACL vectors, 0.8 s)."""
+
+    path: Path
+    options: dict[str, Any]
+
+    def read(self) -> pd.DataFrame:
+        return pd.read_parquet(self.path, **self.options)
+
+    @property
+    def rows(self) -> int:
+        """Its row count, from the file's footer."""
+        return pq.read_metadata(self.path).num_rows
 
 
 class ParquetIOManager(ConfigurableIOManager):
@@ -38,8 +58,9 @@ class ParquetIOManager(ConfigurableIOManager):
             path = self._path(context, suffix)
             if path.exists():
                 if suffix == ".parquet":
-                    options = context.definition_metadata or {}
-                    return pd.read_parquet(path, **{k: options[k] for k in ("columns", "dtype_backend") if k in options})
+                    metadata = context.definition_metadata or {}
+                    table = StoredTable(path, {k: metadata[k] for k in ("columns", "dtype_backend") if k in metadata})
+                    return table if metadata.get("deferred") else table.read()
                 record = json.loads(path.read_text())
                 module, name = record["type"].split(":")
                 return getattr(importlib.import_module(module), name)(**record["fields"])

@@ -308,24 +308,25 @@ def disagreeing_backends(differences: Mapping[str, dict[str, int]]) -> dict[str,
     return {name: diff for name, diff in differences.items() if any(diff.values())}
 
 
+def record_candidate_chunks(version: IndexVersion, table: pd.DataFrame) -> None:
+    """Write a candidate's ``chunk_table`` when it is named: the seal checks the backends
+    against it, and once sealed the next delta build diffs against it. A version is named by
+    its chunks, so a re-run writes the same table."""
+    write_parquet(table, version.layout.chunks)
+
+
 def seal_candidate(
-    versions: IndexVersions,
-    version: IndexVersion,
-    fingerprint: str,
-    chunks: pd.DataFrame,
-    held: Mapping[str, set[str]],
-    **facts: Any,
+    versions: IndexVersions, version: IndexVersion, fingerprint: str, held: Mapping[str, set[str]], **facts: Any
 ) -> dict[str, Any]:
     """Mark ``version`` complete once every backend in ``held`` (backend -> the chunk ids it
-    holds) holds exactly the build's chunk ids. Its chunk table is written first, for the next
-    delta build to diff against."""
-    expected = set(chunks["chunk_id"])
+    holds) holds exactly the chunk ids of its chunk table (``record_candidate_chunks``)."""
+    table = pd.read_parquet(version.layout.chunks, columns=["chunk_id", "doc_id"])
+    expected = set(table["chunk_id"])
     broken = disagreeing_backends(backend_differences(held, expected))
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
-    write_parquet(chunk_table(chunks), version.layout.chunks)
     fault_point("seal")
-    return versions.seal(version, fingerprint, chunks=len(expected), documents=int(chunks["doc_id"].nunique()), **facts)
+    return versions.seal(version, fingerprint, chunks=len(expected), documents=int(table["doc_id"].nunique()), **facts)
 
 
 def publish_graph(graph: GraphBuild, tenant_of: Mapping[str, str], path: Path) -> dict[str, int]:

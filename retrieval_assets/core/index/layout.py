@@ -45,7 +45,8 @@ class IndexLayout:
 
     @property
     def chunks(self) -> Path:
-        """The chunk ids, documents and row hashes of a sealed version: what a delta diffs against."""
+        """The chunk ids, documents and row hashes of a version, written when it is named: what
+        its seal checks and, once sealed, what a delta diffs against."""
         return self.root / "chunks.parquet"
 
     @property

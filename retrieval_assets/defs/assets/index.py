@@ -37,6 +37,7 @@ from retrieval_assets.core.index.build import (
     chunk_table,
     disagreeing_backends,
     point_batches,
+    record_candidate_chunks,
     seal_candidate,
     write_vocabulary,
 )
@@ -58,6 +59,7 @@ from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
 from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.index.vocabulary import build_vocabulary, chunk_texts, count_terms, term_key
+from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
@@ -217,6 +219,7 @@ def index_candidate(
             chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
         )
         record_decision(version, decision)
+        record_candidate_chunks(version, table)
         reason, plan = decision.reason, decision.plan
     record = CandidateRecord(
         version=version.id,
@@ -440,15 +443,20 @@ def tantivy_index(
             "(passes trivially when no server is configured).",
         )
     ],
-    ins={"dense_embeddings": ARROW_VECTORS, "sparse_embeddings": ARROW_VECTORS},
+    # Read only when a server is configured.
+    ins={
+        "chunks": AssetIn(metadata={"deferred": True}),
+        "dense_embeddings": AssetIn(metadata={"deferred": True, "dtype_backend": "pyarrow"}),
+        "sparse_embeddings": AssetIn(metadata={"deferred": True, "dtype_backend": "pyarrow"}),
+    },
 )
 def server_indexes(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
-    dense_embeddings: pd.DataFrame,
-    sparse_embeddings: pd.DataFrame,
+    chunks: StoredTable,
+    dense_embeddings: StoredTable,
+    sparse_embeddings: StoredTable,
     index_candidate: CandidateRecord,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """The candidate version as a Qdrant collection and an OpenSearch index, when QDRANT_URL /
@@ -468,7 +476,7 @@ def server_indexes(
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
             field_types, dim, batches = point_batches(
-                chunks, dense_embeddings, sparse_embeddings, build.context_tokens
+                chunks.read(), dense_embeddings.read(), sparse_embeddings.read(), build.context_tokens
             )
             counts = servers.build(version, dim, field_types, batches)
     context.log.info(f"server indexes {servers.name(version)}: {counts}")
@@ -477,8 +485,8 @@ def server_indexes(
         check_results=[
             AssetCheckResult(
                 check_name="server_counts_match_chunks",
-                passed=all(count == len(chunks) for count in counts.values()),
-                metadata={"chunks": len(chunks), **counts},
+                passed=all(count == chunks.rows for count in counts.values()),
+                metadata={"chunks": chunks.rows, **counts},
             )
         ],
     )
@@ -488,6 +496,7 @@ def server_indexes(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     deps=["knowledge_graph", vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes],
+    ins={"chunks": AssetIn(metadata={"columns": ["chunk_id", "doc_id"]})},
     kinds={"python"},
     owners=OWNERS,
     code_version="1",
@@ -523,7 +532,6 @@ def index_version(
             versions,
             version,
             index_candidate.fingerprint,
-            chunks,
             held,
             run_id=context.run.run_id,
             settings_fingerprint=index_candidate.settings_fingerprint,

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from retrieval_assets.core.index.build import (
+    IndexConsistencyError,
     backend_chunk_ids,
     backend_differences,
     build_faiss_index,
@@ -18,7 +19,9 @@ from retrieval_assets.core.index.build import (
     build_qdrant_index,
     checked_backend_chunk_ids,
     chunk_table,
+    record_candidate_chunks,
     record_listed_chunk_ids,
+    seal_candidate,
 )
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore
@@ -67,3 +70,16 @@ def test_backends_without_a_matching_listing_are_listed(built) -> None:
     held = checked_backend_chunk_ids(version, expected)
     assert backend_differences(held, expected)["tantivy"] == {"missing": 1, "unexpected": 0}
     assert held["faiss"] == held["qdrant"] == expected
+
+
+def test_the_seal_checks_the_backends_against_the_candidates_chunk_table(built) -> None:
+    version, chunks = built
+    versions = IndexVersions(version.path.parent.parent)
+    record_candidate_chunks(version, chunk_table(chunks))
+    held = backend_chunk_ids(version)
+    # A backend short of one chunk of the table: the version is not sealed.
+    with pytest.raises(IndexConsistencyError, match="'tantivy': {'missing': 1, 'unexpected': 0}"):
+        seal_candidate(versions, version, "fingerprint", {**held, "tantivy": held["tantivy"] - {"d0#0"}})
+    assert not version.sealed
+    manifest = seal_candidate(versions, version, "fingerprint", held)
+    assert version.sealed and (manifest["chunks"], manifest["documents"]) == (len(chunks), chunks["doc_id"].nunique())

@@ -17,6 +17,7 @@ from retrieval_assets.core.index.build import (
     build_lexical_index,
     build_qdrant_index,
     chunk_table,
+    record_candidate_chunks,
     seal_candidate,
 )
 from retrieval_assets.core.index.delta import (
@@ -74,7 +75,8 @@ def _sealed_version(versions: IndexVersions, chunks: pd.DataFrame, settings: str
     build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()
     build_lexical_index(version.layout.lexical, chunks).close()
     count_terms(chunk_texts(chunks)).to_parquet(version.layout.vocabulary_counts)
-    seal_candidate(versions, version, fingerprint, chunks, backend_chunk_ids(version), settings_fingerprint=settings)
+    record_candidate_chunks(version, chunk_table(chunks))
+    seal_candidate(versions, version, fingerprint, backend_chunk_ids(version), settings_fingerprint=settings)
     return version
 
 
