@@ -42,6 +42,8 @@ def test_a_deferred_input_is_read_only_when_asked(manager, tmp_path) -> None:
 def test_a_deferred_input_reads_what_it_declares(manager) -> None:
     table = _load(manager, deferred=True, columns=["chunk_id", "doc_id"])
     pd.testing.assert_frame_equal(table.read(), FRAME[["chunk_id", "doc_id"]])
+    pd.testing.assert_frame_equal(table.read_where("chunk_id", ["b#0"]), FRAME[["chunk_id", "doc_id"]].iloc[1:].reset_index(drop=True))
+    assert table.column("chunk_id").tolist() == ["a#0", "b#0"]
 
 
 def test_records_round_trip_and_a_missing_asset_says_what_to_materialize(tmp_path) -> None:

@@ -65,6 +65,7 @@ from retrieval_assets.core.stores.base import (
     combine_field_kinds,
     field_kinds,
     field_types_from_kinds,
+    parse_payload,
     read_manifest,
     validate_field_types,
 )
@@ -251,7 +252,7 @@ def candidate_payloads(
         for chunk_id in chunks["chunk_id"].tolist():
             payload = fresh.get(chunk_id)
             text = None if payload is not None else kept[chunk_id]
-            payloads.append(payload if payload is not None else json.loads(text))
+            payloads.append(payload if payload is not None else parse_payload(text))
             texts.append(text)
     return payloads, texts
 

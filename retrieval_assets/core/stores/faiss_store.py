@@ -32,6 +32,7 @@ from retrieval_assets.core.stores.base import (
     as_query_vector,
     as_vector_matrix,
     check_top_k,
+    parse_payload,
     point_int64,
     prepare_index_dir,
     read_manifest,
@@ -183,7 +184,7 @@ class FaissDenseStore(DenseStore):
         parsed, text = self._parsed, self._payload_json
         if parsed is None:
             assert text is not None
-            self._parsed = parsed = [json.loads(payload) for payload in text]
+            self._parsed = parsed = [parse_payload(payload) for payload in text]
             self._payload_json = None
         return parsed
 
@@ -249,7 +250,7 @@ class FaissDenseStore(DenseStore):
     def stored_payloads(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, Payload]:
         """``stored_payload_json``, parsed."""
         texts = FaissDenseStore.stored_payload_json(path, chunk_ids)
-        return {chunk_id: json.loads(text) for chunk_id, text in texts.items()}
+        return {chunk_id: parse_payload(text) for chunk_id, text in texts.items()}
 
     def search_dense(
         self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()

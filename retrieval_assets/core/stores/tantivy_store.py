@@ -48,6 +48,7 @@ from retrieval_assets.core.stores.base import (
     coerce_filter_values,
     index_values,
     metadata_field_names,
+    parse_payload,
     prepare_index_dir,
     read_manifest,
     validate_field_types,
@@ -459,4 +460,4 @@ def _chunk_order(chunk_id: str) -> tuple[int, int, str]:
 
 
 def _payload_at(searcher: tantivy.Searcher, address: tantivy.DocAddress) -> Payload:
-    return json.loads(searcher.doc(address).get_first(PAYLOAD_FIELD))
+    return parse_payload(searcher.doc(address).get_first(PAYLOAD_FIELD))

@@ -73,8 +73,10 @@ GROUP = "index"
 INDEX_WRITES_POOL = "index_writes"
 # Nightly builds: warn when an index misses one night, fail when it misses two.
 NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(hours=50), warn_window=timedelta(hours=26))
-# Embedding tables read as Arrow lists (``core.embed.vectors``): a delta takes a few rows of 104k.
-ARROW_VECTORS = AssetIn(metadata={"dtype_backend": "pyarrow"})
+# Tables an index step reads itself: all rows, or only a delta's upserted ones (``StoredTable``);
+# embeddings as Arrow lists (``core.embed.vectors``).
+DEFERRED = AssetIn(metadata={"deferred": True})
+DEFERRED_VECTORS = AssetIn(metadata={"deferred": True, "dtype_backend": "pyarrow"})
 
 
 def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
@@ -108,13 +110,13 @@ def _index_result(
     store: IndexStore,
     path: Path,
     candidate: CandidateRecord,
-    chunks: pd.DataFrame,
+    expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
     **metadata: object,
 ) -> MaterializeResult:
-    """Metadata and checks of a built index at ``path``; ``dimensions`` is (index dim, model
-    dim) for dense indexes. The chunk ids listed for the checks are recorded for the seal, unless
+    """Metadata and checks of a built index at ``path`` (``expected``: the build's chunk ids);
+    ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the checks are recorded for the seal, unless
     the candidate reuses a sealed version as it is."""
     try:
         listed = store.chunk_ids()
@@ -122,7 +124,7 @@ def _index_result(
             store.backend,
             store.count(),
             listed,
-            chunks,
+            expected,
             seconds,
             dimensions,
             path=str(path),
@@ -140,12 +142,11 @@ def _checked(
     backend: str,
     count: int,
     stored: set[str],
-    chunks: pd.DataFrame,
+    expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
     **metadata: object,
 ) -> MaterializeResult:
-    expected = set(chunks["chunk_id"])
     dimension_check = []
     if dimensions is not None:
         index_dim, model_dim = dimensions
@@ -162,8 +163,8 @@ def _checked(
             *dimension_check,
             AssetCheckResult(
                 check_name="vector_count_matches_chunks",
-                passed=count == len(chunks),
-                metadata={"points": count, "chunks": len(chunks)},
+                passed=count == len(expected),
+                metadata={"points": count, "chunks": len(expected)},
             ),
             AssetCheckResult(
                 check_name="chunk_ids_match_chunks",
@@ -172,6 +173,11 @@ def _checked(
             ),
         ],
     )
+
+
+def _upserted(delta: Delta, *tables: StoredTable) -> list[pd.DataFrame]:
+    """The rows of a delta's upserted chunks in each table: a few of 104k on the ACL Anthology."""
+    return [table.read_where("chunk_id", delta.plan.upserted) for table in tables]
 
 
 def candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) -> IndexLayout:
@@ -307,15 +313,15 @@ def vocabulary(
     pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("faiss_index"),
-    ins={"dense_embeddings": ARROW_VECTORS},
+    ins={"chunks": DEFERRED, "dense_embeddings": DEFERRED_VECTORS},
 )
 def faiss_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
-    dense_embeddings: pd.DataFrame,
+    chunks: StoredTable,
+    dense_embeddings: StoredTable,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
@@ -325,15 +331,17 @@ def faiss_index(
         if index_candidate.reused:
             store = FaissDenseStore.open(path)
         elif delta:
-            store = delta_faiss_index(delta, path, chunks, dense_embeddings, models.dense_model, build.context_tokens)
+            upserted = _upserted(delta, chunks, dense_embeddings)
+            store = delta_faiss_index(delta, path, *upserted, models.dense_model, build.context_tokens)
         else:
-            store = build_faiss_index(path, chunks, dense_embeddings, models.dense_model, build.context_tokens)
+            tables = (chunks.read(), dense_embeddings.read())
+            store = build_faiss_index(path, *tables, models.dense_model, build.context_tokens)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
         store,
         path,
         index_candidate,
-        chunks,
+        set(chunks.column("chunk_id")),
         timer["seconds"],
         (store.dim, models.dense_encoder().dim),
         model=models.dense_model,
@@ -348,16 +356,16 @@ def faiss_index(
     pool=INDEX_WRITES_POOL,
     freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("qdrant_edge_index"),
-    ins={"dense_embeddings": ARROW_VECTORS, "sparse_embeddings": ARROW_VECTORS},
+    ins={"chunks": DEFERRED, "dense_embeddings": DEFERRED_VECTORS, "sparse_embeddings": DEFERRED_VECTORS},
 )
 def qdrant_edge_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
-    dense_embeddings: pd.DataFrame,
-    sparse_embeddings: pd.DataFrame,
+    chunks: StoredTable,
+    dense_embeddings: StoredTable,
+    sparse_embeddings: StoredTable,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """Embedded Qdrant (qdrant-edge) shard with named dense and SPLADE vectors and indexed payloads."""
@@ -365,6 +373,7 @@ def qdrant_edge_index(
     path = version.layout.qdrant
     models_used = {"dense_model": models.dense_model, "sparse_model": models.sparse_model}
     sealed = sealed_chunk_ids(version) if index_candidate.reused else None
+    expected = set(chunks.column("chunk_id"))
     if sealed is not None:
         # The reused version may be the one being served, whose shard this process cannot open;
         # it was checked when sealed, so its build manifest and chunk table stand in.
@@ -373,7 +382,7 @@ def qdrant_edge_index(
             QdrantEdgeStore.backend,
             manifest["count"],
             sealed,
-            chunks,
+            expected,
             0.0,
             (manifest["dim"], models.dense_encoder().dim),
             path=str(path),
@@ -381,17 +390,18 @@ def qdrant_edge_index(
             **build_metadata(index_candidate),
         )
     delta = candidate_delta(storage, index_candidate)
-    vectors = (chunks, dense_embeddings, sparse_embeddings, models.dense_model, models.sparse_model, build.context_tokens)
+    tables = (chunks, dense_embeddings, sparse_embeddings)
+    settings = (models.dense_model, models.sparse_model, build.context_tokens)
     with stopwatch() as timer:
         if index_candidate.reused:
             store = QdrantEdgeStore.open(path)
         elif delta:
-            store = delta_qdrant_index(delta, path, *vectors)
+            store = delta_qdrant_index(delta, path, *_upserted(delta, *tables), *settings)
         else:
-            store = build_qdrant_index(path, *vectors)
+            store = build_qdrant_index(path, *(table.read() for table in tables), *settings)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
-        store, path, index_candidate, chunks, timer["seconds"], (store.dim, models.dense_encoder().dim), **models_used
+        store, path, index_candidate, expected, timer["seconds"], (store.dim, models.dense_encoder().dim), **models_used
     )
 
 
@@ -424,7 +434,7 @@ def tantivy_index(
         else:
             store = build_lexical_index(path, chunks, build.context_tokens)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
-    return _index_result(store, path, index_candidate, chunks, timer["seconds"])
+    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"])
 
 
 @asset(
@@ -445,9 +455,9 @@ def tantivy_index(
     ],
     # Read only when a server is configured.
     ins={
-        "chunks": AssetIn(metadata={"deferred": True}),
-        "dense_embeddings": AssetIn(metadata={"deferred": True, "dtype_backend": "pyarrow"}),
-        "sparse_embeddings": AssetIn(metadata={"deferred": True, "dtype_backend": "pyarrow"}),
+        "chunks": DEFERRED,
+        "dense_embeddings": DEFERRED_VECTORS,
+        "sparse_embeddings": DEFERRED_VECTORS,
     },
 )
 def server_indexes(

@@ -1,1 +1,1 @@
-"""File writes and copies."""
+"""File writes and copies, Parquet tables."""

@@ -22,6 +22,7 @@ from retrieval_assets.core.stores.base import (
     DenseStore,
     coerce_filter_values,
     infer_field_types,
+    parse_payload,
 )
 from retrieval_assets.core.stores.faiss_store import FaissDenseStore, PayloadColumns
 from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore, ShardBusyError
@@ -756,3 +757,15 @@ def test_qdrant_deferred_optimising_waits_for_enough_points_across_copies(qdrant
     again.finalize()
     assert again.chunk_ids() == set(CHUNK_IDS)
     again.close()
+
+
+def test_payloads_with_nan_survive_the_faster_parser(tmp_path):
+    """``json.dumps`` writes NaN, which orjson refuses: ``parse_payload`` reads it all the same."""
+    payloads = [{**PAYLOADS[0], "score": float("nan"), "bound": float("inf")}]
+    store = FaissDenseStore.create(tmp_path / "faiss", DIM)
+    store.upsert_dense(payloads, VECTORS[:1])
+    store.finalize()
+    store.close()
+    stored = FaissDenseStore.stored_payloads(tmp_path / "faiss")[payloads[0]["chunk_id"]]
+    assert np.isnan(stored["score"]) and stored["bound"] == float("inf")
+    assert parse_payload(json.dumps({"a": "é", "b": [1, 2.5]}).encode()) == {"a": "é", "b": [1, 2.5]}
