@@ -55,7 +55,9 @@ def _arrow_rows(column: pd.Series, positions: np.ndarray) -> pa.Array | None:
     """The rows of an Arrow list column at ``positions``; None for a column of numpy arrays."""
     if not isinstance(column.dtype, pd.ArrowDtype):
         return None
-    return pa.array(column).take(pa.array(positions, type=pa.int64()))
+    rows = pa.array(column).take(pa.array(positions, type=pa.int64()))
+    # A table read from several row groups is a chunked array; only the rows taken are joined.
+    return rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
 
 
 def dense_matrix(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> np.ndarray:

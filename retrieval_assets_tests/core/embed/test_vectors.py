@@ -22,11 +22,12 @@ def _tables(tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return dense, sparse
 
 
+@pytest.mark.parametrize("row_group_rows", [None, 3], ids=["one row group", "row groups of 3"])
 @pytest.mark.parametrize("wanted", [["c#0", "a#0"], IDS[::-1], ["b#0"]])
-def test_arrow_and_numpy_tables_give_the_same_vectors(tmp_path: Path, wanted: list[str]) -> None:
+def test_arrow_and_numpy_tables_give_the_same_vectors(tmp_path: Path, wanted: list[str], row_group_rows) -> None:
     dense, sparse = _tables(tmp_path)
-    dense.to_parquet(tmp_path / "dense.parquet")
-    sparse.to_parquet(tmp_path / "sparse.parquet")
+    dense.to_parquet(tmp_path / "dense.parquet", row_group_size=row_group_rows)
+    sparse.to_parquet(tmp_path / "sparse.parquet", row_group_size=row_group_rows)
     arrow_dense = pd.read_parquet(tmp_path / "dense.parquet", dtype_backend="pyarrow")
     arrow_sparse = pd.read_parquet(tmp_path / "sparse.parquet", dtype_backend="pyarrow")
     assert isinstance(arrow_dense["embedding"].dtype, pd.ArrowDtype)
