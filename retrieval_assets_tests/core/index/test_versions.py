@@ -80,6 +80,19 @@ def test_pointer_is_replaced_whole(tmp_path: Path) -> None:
     assert set(seen) <= {a.id, b.id} and len(seen) > 1
 
 
+def test_a_reader_sees_every_promotion_another_process_makes(tmp_path: Path) -> None:
+    """The pointer is cached by file identity: flips within the clock's granularity, between
+    versions whose pointers have the same size, are each seen at once."""
+    serving, building = IndexVersions(tmp_path), IndexVersions(tmp_path)
+    a, b = _sealed(building, "a" * 64), _sealed(building, "b" * 64)
+    for n in range(200):
+        target = b if n % 2 else a
+        building.promote(target, reason="flip")
+        assert serving.promoted().id == target.id
+    serving.pointer()["version"] = "changed by a caller"
+    assert serving.pointer()["version"] == target.id
+
+
 def test_gate_floors_drops_latency_and_missing_gold() -> None:
     settings = GateSettings(min_ndcg_at_10=0.3, max_ndcg_drop=0.01, p95_budget_ms=100)
     good = {"ndcg@10": 0.70, "recall@100": 0.95, "p95_ms": 20.0}
