@@ -117,7 +117,7 @@ def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | N
     same = (position >= 0) & (hashes_before[np.maximum(position, 0)] == current["row_hash"].to_numpy())
     upserted = current.loc[~same, "chunk_id"].tolist()
     deleted = sorted(set(ids_before) - set(current["chunk_id"]))
-    documents = set(chunks.loc[chunks["chunk_id"].isin(upserted), "doc_id"])
+    documents = set(current.loc[~same, "doc_id"])
     documents.update(before.loc[before["chunk_id"].isin(deleted), "doc_id"])
     return DeltaPlan(
         base=base.id,
