@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.base import ProgressCallback
-from retrieval_assets.core.io.tables import write_parquet
+from retrieval_assets.core.io.tables import empty_frame, write_parquet
 from retrieval_assets.core.faults import fault_point
 
 KEY = "content_hash"
@@ -74,7 +74,7 @@ class EmbeddingCache:
                 continue
             found.append(table.filter(pc.is_in(table.column(KEY), value_set=wanted)).to_pandas())
         if not found:
-            return pd.DataFrame({KEY: pd.Series([], dtype="string")})
+            return empty_frame({KEY: "string"})
         return pd.concat(found, ignore_index=True).drop_duplicates(KEY)
 
     def append(self, frame: pd.DataFrame) -> Path:

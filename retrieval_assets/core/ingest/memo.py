@@ -21,7 +21,13 @@ import pandas as pd
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.catalog import CatalogFormat
 from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, parse_rows
-from retrieval_assets.core.io.tables import CHUNK_COLUMNS, DOCUMENT_COLUMNS, frame_to_raw_rows, write_parquet
+from retrieval_assets.core.io.tables import (
+    CHUNK_COLUMNS,
+    DOCUMENT_COLUMNS,
+    empty_frame,
+    frame_to_raw_rows,
+    write_parquet,
+)
 from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
@@ -32,16 +38,12 @@ def _source_hash(*parts: object) -> str:
     return hashlib.blake2b("\x00".join(map(str, parts)).encode(), digest_size=8).hexdigest()
 
 
-def _empty_parses() -> pd.DataFrame:
-    return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in PARSE_COLUMNS.items()})
-
-
 class ParsedRows:
     """Row parses (``cleaning.parse_rows`` records) of the previous build, by row key."""
 
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / PARSED_FILE
-        previous = pd.read_parquet(self.path) if self.path.is_file() else _empty_parses().assign(key="")
+        previous = pd.read_parquet(self.path) if self.path.is_file() else empty_frame({**PARSE_COLUMNS, "key": "string"})
         # Keys as objects: pandas' isin on Arrow strings loops in Python over the values.
         self._previous = previous.set_index(previous["key"].astype(object)).drop(columns="key")
         self._seen: list[pd.DataFrame] = []
@@ -88,7 +90,7 @@ class ChunkMemo:
     def previous(self) -> pd.DataFrame:
         if self.path.is_file():
             return pd.read_parquet(self.path)
-        return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in {**CHUNK_COLUMNS, "doc_key": "uint64"}.items()})
+        return empty_frame({**CHUNK_COLUMNS, "doc_key": "uint64"})
 
     def save(self, frame: pd.DataFrame) -> None:
         write_parquet(frame, self.path)

@@ -64,6 +64,11 @@ CHUNK_COLUMNS: dict[str, str] = {
 }
 
 
+def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
+    """A frame with no rows and these columns and dtypes: what a missing memo or table reads as."""
+    return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in columns.items()})
+
+
 # Rows per Parquet row group: ``read_parquet_rows`` reads only the groups holding the rows it wants.
 ROW_GROUP_ROWS = 8192
 

@@ -53,3 +53,10 @@ def test_a_selection_without_its_key_column_is_refused(stored) -> None:
     path, _ = stored
     with pytest.raises(ValueError, match="selects on 'chunk_id'"):
         read_parquet_rows(path, "chunk_id", ["d3#0"], columns=["embedding"])
+
+
+def test_an_empty_frame_keeps_its_dtypes_through_parquet(tmp_path) -> None:
+    frame = tables.empty_frame({"chunk_id": "string", "doc_key": "uint64", "line_number": "Int64"})
+    write_parquet(frame, tmp_path / "empty.parquet")
+    read = pd.read_parquet(tmp_path / "empty.parquet")
+    assert len(read) == 0 and read.dtypes.astype(str).to_dict() == {"chunk_id": "string", "doc_key": "uint64", "line_number": "Int64"}
