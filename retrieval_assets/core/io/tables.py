@@ -85,18 +85,16 @@ def read_parquet_rows(
     """The rows of a Parquet file whose ``column`` holds one of ``values``, in file order,
     decoding only the row groups that hold them: a delta build takes a few rows of 104k
     vectors. ``options`` as ``pd.read_parquet``'s (``columns``, ``dtype_backend``)."""
+    columns = options.get("columns")
+    if columns is not None and column not in columns:
+        raise ValueError(f"read_parquet_rows selects on {column!r}, which the columns {columns} leave out")
     file = pq.ParquetFile(path)
     wanted = pa.array(list(values), type=pa.string())
     held = pc.is_in(file.read(columns=[column]).column(0), value_set=wanted)
     rows = np.flatnonzero(held.to_numpy(zero_copy_only=False))
     ends = np.cumsum([file.metadata.row_group(group).num_rows for group in range(file.num_row_groups)])
     groups = np.unique(np.searchsorted(ends, rows, side="right")).tolist()
-    columns = options.get("columns")
-    if columns is not None and column not in columns:
-        raise ValueError(f"read_parquet_rows selects on {column!r}, which the columns {columns} leave out")
-    table = file.read_row_groups(groups, columns=columns) if groups else file.schema_arrow.empty_table()
-    if not groups and columns is not None:
-        table = table.select(columns)
+    table = file.read_row_groups(groups, columns=columns)
     table = table.filter(pc.is_in(table.column(column), value_set=wanted))
     return table.to_pandas(types_mapper=pd.ArrowDtype if options.get("dtype_backend") == "pyarrow" else None)
 

@@ -116,8 +116,8 @@ def _index_result(
     **metadata: object,
 ) -> MaterializeResult:
     """Metadata and checks of a built index at ``path`` (``expected``: the build's chunk ids);
-    ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the checks are recorded for the seal, unless
-    the candidate reuses a sealed version as it is."""
+    ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the
+    checks are recorded for the seal, unless the candidate reuses a sealed version as it is."""
     try:
         listed = store.chunk_ids()
         result = _checked(
