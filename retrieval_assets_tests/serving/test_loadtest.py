@@ -5,6 +5,7 @@ not raised."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,9 +83,16 @@ def test_a_level_sends_each_search_once_and_counts_failures() -> None:
     assert _Answering.bodies == [b'{"query": "x", "top_k": 3}'] * 9
     assert figures["requests"] == 6 and figures["errors"] == 0 and figures["client_cpu_ms_per_request"] > 0
     assert figures["server_cpu_ms_per_request"] is None  # no GET /metrics here (501)
-    unreachable = run_level("http://127.0.0.1:9", 1, 2, ["x"], max_seconds=10, timeout_s=2)
+    unreachable = run_level(f"http://127.0.0.1:{_closed_port()}", 1, 2, ["x"], max_seconds=10, timeout_s=2)
     assert unreachable["requests"] == 2 and unreachable["errors"] == 2
     assert unreachable["error_examples"][0].startswith("ConnectionRefusedError")
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (it was free a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_only_http_urls_are_accepted() -> None:
