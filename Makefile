@@ -1,8 +1,10 @@
 # Two set-up commands for a fresh machine (Python 3.11, PyPI reachable):
 #   make demo   install, then build the bundled catalog, evaluate it, promote it, and run a sample query
 #   make test   install, then run the test suite
+#   make dev    the Dagster UI on http://localhost:3000 (make dev PORT=3001 for another port)
 PYTHON ?= python3
 VENV := .venv
+PORT ?= 3000
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 # Models ship inside PyPI packages; never reach for a model hub.
@@ -31,4 +33,4 @@ test: install
 	$(BIN)/pytest -q
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev -w workspace.yaml
+	$(BIN)/dagster dev -w workspace.yaml --port $(PORT)

@@ -49,7 +49,8 @@ def make_scifact_mini(scifact: Path, out: Path) -> dict[str, int]:
     ]
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     # Source lines are copied verbatim, in source order.
-    _write_lines(out / "corpus.jsonl", [line for line, doc_id in zip(corpus_lines, corpus_ids) if doc_id in selected])
+    kept_lines = [line for line, doc_id in zip(corpus_lines, corpus_ids, strict=True) if doc_id in selected]
+    _write_lines(out / "corpus.jsonl", kept_lines)
     _write_lines(out / "queries.jsonl", queries)
     _write_lines(out / "qrels" / "test.tsv", [header, *kept_rows])
     return {

@@ -32,7 +32,7 @@ def deployment_resources(
     (embedded engines only: servers named in the environment are left alone)."""
     build = overrides.pop("build", None)
     return {
-        **code_location_resources(str(home), catalog, models, build, read_environment=False),
+        **code_location_resources(str(home), catalog, models, build, environment=False),
         **overrides,
     }
 

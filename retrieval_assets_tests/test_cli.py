@@ -8,6 +8,7 @@ The code location's catalog resource only has its default path (the bundled scif
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -265,3 +267,28 @@ def test_bench_prints_figures_as_the_last_json_line(tiny_beir, tmp_path):
     assert "tuned_cv" not in figures["runs"]
     # --workdir keeps the built version there.
     assert IndexVersions(workdir / "indexes").sealed()
+
+
+# --- help -------------------------------------------------------------------------------------
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                yield from _commands(command, (*path, name))
+
+
+def test_every_option_of_every_command_shows_its_default_in_help() -> None:
+    from retrieval_assets.cli import build_parser
+
+    for path, command in _commands(build_parser()):
+        text = " ".join(command.format_help().split())
+        for action in command._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            assert action.help, (path, action.option_strings)
+            if not action.required:
+                help_text = " ".join(command._get_formatter()._expand_help(action).split())
+                assert "default" in help_text and help_text in text, (path, action.option_strings, help_text)

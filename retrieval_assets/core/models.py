@@ -94,7 +94,7 @@ class StoreHit:
 
     A slotted class rather than a pydantic model, and the payload may come from ``load`` on
     first use: a search builds a few hundred hits and returns ten, and building them as models
-    and decoding every payload was a tenth of a query's CPU (README "HTTP load")."""
+    and decoding every payload was a tenth of a query's CPU (docs/benchmarks/http-load.md)."""
 
     __slots__ = ("_load", "_payload", "chunk_id", "doc_id", "score")
 

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 from dagster import ConfigurableIOManager, InputContext, OutputContext
+from pydantic import Field
 
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.tables import read_parquet_rows, write_parquet
@@ -49,7 +50,9 @@ class StoredTable:
 
 
 class ParquetIOManager(ConfigurableIOManager):
-    base_dir: str
+    """Every asset's value as ``{base_dir}/{asset key}.parquet`` (tables) or ``.json`` (records)."""
+
+    base_dir: str = Field(description="Where asset values are stored: the storage home's artifacts folder.")
 
     def _path(self, context: OutputContext | InputContext, suffix: str) -> Path:
         return Path(self.base_dir, *context.asset_key.path).with_suffix(suffix)

@@ -3,7 +3,8 @@
 ``index_build_job`` is the whole incremental build, unpartitioned, ending at the sealed
 candidate; the candidate sensor then starts ``evaluation_job``, which promotes only through the
 gate. ``document_update_job`` (started by the inbox sensor) does both in one run, so posted
-documents are searchable without waiting for a second run to start. ``embedding_shards_job`` backfills the embedding cache per catalog source and hash shard.
+documents are searchable without waiting for a second run to start. ``embedding_shards_job``
+backfills the embedding cache per catalog source and hash shard.
 """
 
 
@@ -18,15 +19,15 @@ from dagster import (
     job,
     op,
 )
+from pydantic import Field
 
 from retrieval_assets.core.index.servers import roll_back
-from retrieval_assets.defs.assets.configuration import retrieval_configuration
-from retrieval_assets.defs.assets.embed import embedding_cache_shard
-from retrieval_assets.defs.assets.evaluation import promoted_index, retrieval_evaluation
 from retrieval_assets.defs.resources import IndexStorageResource
 
-EVALUATION = AssetSelection.assets(retrieval_configuration, retrieval_evaluation, promoted_index)
-BUILD = AssetSelection.all() - AssetSelection.assets(embedding_cache_shard) - EVALUATION
+# Selected by key: an asset object imported into this module would be found twice by
+# ``load_from_defs_folder``, once here and once in its own module.
+EVALUATION = AssetSelection.assets("retrieval_configuration", "retrieval_evaluation", "promoted_index")
+BUILD = AssetSelection.all() - AssetSelection.assets("embedding_cache_shard") - EVALUATION
 # Build, evaluation and promotion in one run: every asset but the partitioned cache warm-up.
 WHOLE_BUILD = BUILD | EVALUATION
 
@@ -67,13 +68,16 @@ document_update_job = define_asset_job(
 
 embedding_shards_job = define_asset_job(
     "embedding_shards_job",
-    selection=AssetSelection.assets(embedding_cache_shard),
+    selection=AssetSelection.assets("embedding_cache_shard"),
     description="Fill the embedding cache for one catalog source and hash shard; backfill shards in parallel.",
 )
 
 class RollbackConfig(Config):
-    # Empty: the version promoted before the current one.
-    to_version: str | None = None
+    """Which version ``rollback_job`` serves again."""
+
+    to_version: str | None = Field(
+        None, description="The version to serve; unset: the version promoted before the current one."
+    )
 
 
 @op(out={})

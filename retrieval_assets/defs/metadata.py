@@ -1,10 +1,10 @@
-"""Shared helpers for asset metadata and run-log progress."""
+"""Shared helpers for asset metadata (tables with described columns, previews) and run-log progress."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,23 +16,12 @@ from dagster import (
     TableColumn,
     TableRecord,
     TableSchema,
-    with_source_code_references,
 )
 
 from retrieval_assets.core.embed.base import ProgressCallback
-
-# Who the Dagster UI names as the owner of every asset of this project.
-OWNERS = ["team:search"]
+from retrieval_assets.defs.columns import COLUMN_DESCRIPTIONS
 
 _PREVIEW_CHARS = 80
-
-
-def code_referenced(*assets_defs: Any) -> list[Any]:
-    """The assets with a link to their source file and line (``dagster/code_references``), in order.
-
-    A module rebinds its asset names to the result, so that ``load_from_defs_folder`` finds each
-    asset exactly once, with its code reference."""
-    return list(with_source_code_references(list(assets_defs)))
 
 
 def _column_type(series: pd.Series) -> str:
@@ -51,28 +40,42 @@ def _column_type(series: pd.Series) -> str:
     return type(value).__name__
 
 
-def table_schema(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> TableSchema:
-    """The columns of ``frame`` (or of ``columns``) with their dtypes; object columns by their values' type."""
+def table_schema(
+    frame: pd.DataFrame, columns: Sequence[str] | None = None, descriptions: Mapping[str, str] | None = None
+) -> TableSchema:
+    """The columns of ``frame`` (or of ``columns``) with their dtypes (object columns by their
+    values' type) and descriptions: ``descriptions``, else ``COLUMN_DESCRIPTIONS``."""
     names = list(frame.columns) if columns is None else list(columns)
-    return TableSchema(columns=[TableColumn(name=str(name), type=_column_type(frame[name])) for name in names])
+    described = {**COLUMN_DESCRIPTIONS, **(descriptions or {})}
+    return TableSchema(
+        columns=[
+            TableColumn(name=str(name), type=_column_type(frame[name]), description=described.get(str(name)))
+            for name in names
+        ]
+    )
 
 
-def table_metadata(frame: pd.DataFrame) -> dict[str, Any]:
+def table_metadata(frame: pd.DataFrame, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``dagster/row_count`` and ``dagster/column_schema`` of a table-valued asset."""
     return {
         "dagster/row_count": MetadataValue.int(len(frame)),
-        "dagster/column_schema": MetadataValue.table_schema(table_schema(frame)),
+        "dagster/column_schema": MetadataValue.table_schema(table_schema(frame, descriptions=descriptions)),
     }
 
 
-def preview(frame: pd.DataFrame, columns: Sequence[str] | None = None, rows: int = 5) -> MetadataValue:
+def preview(
+    frame: pd.DataFrame,
+    columns: Sequence[str] | None = None,
+    rows: int = 5,
+    descriptions: Mapping[str, str] | None = None,
+) -> MetadataValue:
     """A table of the first ``rows`` rows of ``columns`` (all by default): long cells shortened,
     missing values (None, NaN) blank."""
     columns = list(frame.columns) if columns is None else list(columns)
     head = frame.loc[:, columns].head(rows)
     return MetadataValue.table(
         records=[TableRecord({str(c): _cell(v) for c, v in row.items()}) for _, row in head.iterrows()],
-        schema=table_schema(frame, columns),
+        schema=table_schema(frame, columns, descriptions),
     )
 
 

@@ -1,31 +1,52 @@
 """Dagster resources: configuration objects that hand out core services.
 
 Each resource is, or holds, the core settings it configures (a ``Config`` mixed with the flat
-core settings class), so field names, defaults and validation live in ``core`` only.
+core settings class), so field names, defaults, descriptions and validation live in ``core`` only.
+Servers and secrets are ``EnvVar`` fields, set where the code location builds its resources
+(``code_location_resources``): the UI shows which variable feeds which field.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from dagster import Config, ConfigurableResource, Definitions, EnvVar, InitResourceContext, definitions
+from dagster import (
+    Config,
+    ConfigurableResource,
+    Definitions,
+    EnvVar,
+    InitResourceContext,
+    definitions,
+)
 from pydantic import Field, PrivateAttr
 
-from retrieval_assets.core.ingest.inbox import INBOX_DIR, DocumentInbox
-from retrieval_assets.core.ingest.catalog import CatalogSource, GoldSet, discover_sources, load_gold, source_name
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
-from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
 from retrieval_assets.core.evaluation.gate import GateSettings
+from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
+from retrieval_assets.core.index.servers import ServerIndexes, ServerSettings
+from retrieval_assets.core.index.versions import (
+    DEFAULT_KEEP,
+    IndexVersion,
+    IndexVersions,
+)
+from retrieval_assets.core.ingest.catalog import (
+    CatalogSource,
+    GoldSet,
+    discover_sources,
+    load_gold,
+    source_name,
+)
+from retrieval_assets.core.ingest.inbox import INBOX_DIR, DocumentInbox
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.rerank.cross_encoder import load_reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.retrieval.searcher import Searcher, open_retriever
-from retrieval_assets.core.index.servers import ServerIndexes, ServerSettings
+from retrieval_assets.core.retrieval.service import SearchService, open_retriever
 from retrieval_assets.core.settings import (
     ChunkingSettings,
     ExpansionSettings,
@@ -40,9 +61,8 @@ from retrieval_assets.core.settings import (
     RetrievalSettings,
     VocabularySettings,
 )
-from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings
-from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings
-from retrieval_assets.core.index.versions import DEFAULT_KEEP, IndexVersion, IndexVersions
+from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings
+from retrieval_assets.core.stores.qdrant.connection import QdrantServerSettings
 from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.paths import DEFAULT_CATALOG, default_home
 
@@ -53,20 +73,32 @@ class CatalogResource(ConfigurableResource):
     """Which catalogs to ingest: the main one (a JSONL tool catalog or a BEIR directory, with gold
     queries), plus every catalog that appears in ``sources_dir``, each its own tenant."""
 
-    format: Literal["tool_catalog", "beir"] = "beir"
-    path: str = str(DEFAULT_CATALOG)
-    tenant_id: str = "default"
-    # A BEIR directory with queries.jsonl and qrels/; defaults to ``path`` for BEIR catalogs.
-    gold_path: str | None = None
-    # Extra catalogs: a BEIR directory or a .jsonl(.gz) tool catalog per entry, named after it.
-    sources_dir: str | None = None
-    # The document inbox (``POST /documents``), read as one more source and applied after the
-    # catalogs; ``code_location_resources`` points it at the storage home's ``inbox``.
-    inbox_dir: str | None = None
-    # document_inbox_sensor: at most one build per this many seconds while documents are
-    # pending, or at once when this many are pending.
-    inbox_build_interval_seconds: int = Field(30, ge=0)
-    inbox_build_at_pending: int = Field(100, ge=1)
+    format: Literal["tool_catalog", "beir"] = Field(
+        "beir", description="The main catalog's format: a BEIR directory or a JSONL tool catalog."
+    )
+    path: str = Field(str(DEFAULT_CATALOG), description="The main catalog: a BEIR directory or a .jsonl(.gz) file.")
+    tenant_id: str = Field("default", description="Tenant of the main catalog's records that name none.")
+    gold_path: str | None = Field(
+        None,
+        description="A BEIR directory with queries.jsonl and qrels/ (the gold queries); unset: path for a "
+        "BEIR catalog, none for a tool catalog.",
+    )
+    sources_dir: str | None = Field(
+        None,
+        description="A folder of extra catalogs, each a BEIR directory or a .jsonl(.gz) tool catalog, named "
+        "after it and its own tenant.",
+    )
+    inbox_dir: str | None = Field(
+        None,
+        description="The document inbox (POST /documents), read as one more source and applied after the "
+        "catalogs; the code location points it at the storage home's inbox.",
+    )
+    inbox_build_interval_seconds: int = Field(
+        30, ge=0, description="document_inbox_sensor starts at most one build per this many seconds."
+    )
+    inbox_build_at_pending: int = Field(
+        100, ge=1, description="document_inbox_sensor starts a build at once when this many documents are pending."
+    )
 
     def inbox(self) -> DocumentInbox | None:
         return DocumentInbox(Path(self.inbox_dir)) if self.inbox_dir else None
@@ -119,11 +151,6 @@ class ContextTokenConfig(Config, ContextTokenSettings):
     """``ContextTokenSettings`` as Dagster config."""
 
 
-def _environment(name: str) -> str | None:
-    """An environment variable's value when the run starts, None when unset or empty."""
-    return EnvVar(name).get_value() or None
-
-
 def _given(**values: Any) -> dict[str, Any]:
     # Unset (None) values are left out, so the core settings' defaults apply.
     return {name: value for name, value in values.items() if value is not None}
@@ -157,47 +184,56 @@ class ChunkingResource(ConfigurableResource, ChunkingSettings):
         return ChunkingSettings.model_validate(self.model_dump())
 
 
-# Server settings -> the environment variable each falls back to.
-_SERVER_ENVIRONMENT = {
-    "qdrant_url": "QDRANT_URL",
-    "qdrant_api_key": "QDRANT_API_KEY",
-    "qdrant_ca_certs": "QDRANT_CA_CERTS",
-    "opensearch_url": "OPENSEARCH_URL",
-    "opensearch_user": "OPENSEARCH_USER",
-    "opensearch_password": "OPENSEARCH_PASSWORD",
-    "opensearch_api_key": "OPENSEARCH_API_KEY",
-    "opensearch_ca_certs": "OPENSEARCH_CA_CERTS",
-    "opensearch_verify_certs": "OPENSEARCH_VERIFY_CERTS",
-    "opensearch_replicas": "OPENSEARCH_REPLICAS",
-    "opensearch_snapshot_repository": "OPENSEARCH_SNAPSHOT_REPOSITORY",
-}
-
-
 class IndexStorageResource(ConfigurableResource):
     """Where artifacts, the embedding cache and the index versions live, and which servers to use
-    instead when configured. A server setting left unset is the core default (``ServerSettings``),
-    or, with ``read_environment``, its environment variable as the run starts (``_SERVER_ENVIRONMENT``)."""
+    besides the embedded engines when their URL is set. A server setting left unset is the core
+    default (``ServerSettings``); the code location sets each one whose variable is set."""
 
-    home: str = str(default_home())
-    # Sealed versions kept besides the promoted one and its predecessor (for rollback).
-    keep_versions: int = DEFAULT_KEEP
-    # Servers, used when their URL is set. Secrets belong in EnvVars or the environment.
-    qdrant_url: str | None = None
-    qdrant_api_key: str | None = None
-    qdrant_ca_certs: str | None = None
-    opensearch_url: str | None = None
-    opensearch_user: str | None = None
-    opensearch_password: str | None = None
-    opensearch_api_key: str | None = None
-    opensearch_ca_certs: str | None = None
-    opensearch_verify_certs: bool | None = None
-    opensearch_replicas: int | None = None
-    opensearch_snapshot_repository: str | None = None
-    server_alias: str | None = None
-    server_max_retries: int | None = None
-    server_initial_backoff_s: float | None = None
-    # Read unset server settings from the environment at execution (the code location does).
-    read_environment: bool = False
+    home: str = Field(
+        str(default_home()), description="Where artifacts, caches and index versions live ($RETRIEVAL_ASSETS_HOME)."
+    )
+    keep_versions: int = Field(
+        DEFAULT_KEEP, description="Sealed versions kept besides the promoted one and its predecessor (for rollback)."
+    )
+    qdrant_url: str | None = Field(None, description="A Qdrant server, used when set (QDRANT_URL).")
+    qdrant_api_key: str | None = Field(None, description="The Qdrant server's API key (QDRANT_API_KEY).")
+    qdrant_ca_certs: str | None = Field(
+        None, description="CA bundle the Qdrant server's TLS certificate is checked against (QDRANT_CA_CERTS)."
+    )
+    opensearch_url: str | None = Field(None, description="An OpenSearch server, used when set (OPENSEARCH_URL).")
+    opensearch_user: str | None = Field(None, description="OpenSearch basic-auth user (OPENSEARCH_USER).")
+    opensearch_password: str | None = Field(
+        None, description="OpenSearch basic-auth password (OPENSEARCH_PASSWORD)."
+    )
+    opensearch_api_key: str | None = Field(None, description="OpenSearch API key (OPENSEARCH_API_KEY).")
+    opensearch_ca_certs: str | None = Field(
+        None, description="CA bundle the OpenSearch server's TLS certificate is checked against (OPENSEARCH_CA_CERTS)."
+    )
+    # A string, as its variable gives it: Dagster has no boolean EnvVar.
+    opensearch_verify_certs: str | None = Field(
+        None,
+        description="false skips OpenSearch TLS verification, never in production; unset: true "
+        "(OPENSEARCH_VERIFY_CERTS).",
+    )
+    opensearch_replicas: int | None = Field(
+        None,
+        description="Replicas per OpenSearch shard after a build; 0 on a single node; unset: 1 (OPENSEARCH_REPLICAS).",
+    )
+    opensearch_snapshot_repository: str | None = Field(
+        None,
+        description="An OpenSearch snapshot repository each promoted version is snapshotted into "
+        "(OPENSEARCH_SNAPSHOT_REPOSITORY).",
+    )
+    server_alias: str | None = Field(
+        None,
+        description=(
+            'The alias clients query on the servers; versions are "{alias}-{version}"; unset: retrieval_chunks.'
+        ),
+    )
+    server_max_retries: int | None = Field(None, description="Retries of a failed server call; unset: 5.")
+    server_initial_backoff_s: float | None = Field(
+        None, description="Seconds before the first retry of a server call, doubled after each; unset: 0.5."
+    )
 
     @property
     def artifacts_dir(self) -> Path:
@@ -218,41 +254,33 @@ class IndexStorageResource(ConfigurableResource):
     def versions(self) -> IndexVersions:
         return IndexVersions(Path(self.home) / "indexes")
 
-    def _server(self, field: str) -> Any:
-        value = getattr(self, field)
-        if value is None and self.read_environment and field in _SERVER_ENVIRONMENT:
-            return _environment(_SERVER_ENVIRONMENT[field])
-        return value
-
     def servers(self) -> ServerIndexes | None:
         """The configured Qdrant / OpenSearch servers, or None: embedded engines only."""
-        get = self._server
-        qdrant_url, opensearch_url = get("qdrant_url"), get("opensearch_url")
         qdrant = opensearch = None
-        if qdrant_url:
+        if self.qdrant_url:
             qdrant = QdrantServerSettings(
-                **_given(url=qdrant_url, api_key=get("qdrant_api_key"), ca_certs=get("qdrant_ca_certs"))
+                **_given(url=self.qdrant_url, api_key=self.qdrant_api_key, ca_certs=self.qdrant_ca_certs)
             )
-        if opensearch_url:
+        if self.opensearch_url:
             opensearch = OpenSearchSettings(
                 **_given(
-                    url=opensearch_url,
-                    username=get("opensearch_user"),
-                    password=get("opensearch_password"),
-                    api_key=get("opensearch_api_key"),
-                    ca_certs=get("opensearch_ca_certs"),
-                    verify_certs=get("opensearch_verify_certs"),
+                    url=self.opensearch_url,
+                    username=self.opensearch_user,
+                    password=self.opensearch_password,
+                    api_key=self.opensearch_api_key,
+                    ca_certs=self.opensearch_ca_certs,
+                    verify_certs=self.opensearch_verify_certs,
                 )
             )
         settings = ServerSettings(
             qdrant=qdrant,
             opensearch=opensearch,
             **_given(
-                alias=get("server_alias"),
-                opensearch_replicas=get("opensearch_replicas"),
-                snapshot_repository=get("opensearch_snapshot_repository"),
-                max_retries=get("server_max_retries"),
-                initial_backoff_s=get("server_initial_backoff_s"),
+                alias=self.server_alias,
+                opensearch_replicas=self.opensearch_replicas,
+                snapshot_repository=self.opensearch_snapshot_repository,
+                max_retries=self.server_max_retries,
+                initial_backoff_s=self.server_initial_backoff_s,
             ),
         )
         return ServerIndexes(settings) if settings.configured else None
@@ -261,10 +289,13 @@ class IndexStorageResource(ConfigurableResource):
 class IndexBuildResource(ConfigurableResource, IndexBuildSettings):
     """What an index version holds besides the chunk indexes (part of its fingerprint), and how it is built."""
 
-    vocabulary: VocabularyConfig = VocabularyConfig()
-    # File-extension and metadata mappings to ``format:`` tokens; the search resource reads them
-    # from here, so queries and records are tokenised alike.
-    context_tokens: ContextTokenConfig = ContextTokenConfig()
+    vocabulary: VocabularyConfig = Field(
+        VocabularyConfig(), description="The vocabulary whose embedded terms lexical query expansion picks from."
+    )
+    # The search resource reads them from here, so queries and records are tokenised alike.
+    context_tokens: ContextTokenConfig = Field(
+        ContextTokenConfig(), description="File-extension and metadata mappings to format: tokens."
+    )
 
 
 class PromotionGateResource(ConfigurableResource, GateSettings):
@@ -280,57 +311,59 @@ def _reranker(name: str, device: str, max_length: int) -> Reranker:
 
 
 class SearchResource(ConfigurableResource, RetrievalOptions):
-    """The one query entry point, shared by the evaluation job, the CLI, the HTTP API and applications:
-    ``RetrievalSettings`` as configuration, over the core ``Searcher``.
+    """The Dagster face of the core ``SearchService`` (shared by the evaluation job, the CLI, the
+    HTTP API and applications): ``RetrievalSettings`` as configuration, and how a version opens.
 
-    README "Retrieval defaults" says why each default is what it is.
+    docs/retrieval.md "Retrieval defaults" says why each default is what it is.
     """
 
-    storage: IndexStorageResource
-    models: ModelResource
-    # Where the context-token mapping the records were indexed with comes from; None: the
-    # default mapping. The code location passes its build resource.
-    build: IndexBuildResource | None = None
-    fusion: FusionConfig = FusionConfig()
-    expansion: ExpansionConfig = ExpansionConfig()
-    rerank: RerankConfig = RerankConfig()
-    graph: GraphConfig = GraphConfig()
-    multi_query: MultiQueryConfig = MultiQueryConfig()
-    # Concurrent requests sharing query-encoder calls; max_wait_ms=0 turns it off.
-    query_batching: QueryBatchingConfig = QueryBatchingConfig()
-    # The key of the multi_query LLM endpoint: configure it as an EnvVar.
-    llm_api_key: str | None = None
-    # Read an unset LLM endpoint and key from RETRIEVAL_LLM_BASE_URL / RETRIEVAL_LLM_API_KEY at
-    # execution (the code location does).
-    read_environment: bool = False
-    # Serve each version with the configuration learned for it from the gold queries (the
-    # ``retrieval_configuration`` asset), once the promotion gate passed with it; False: always
-    # with the settings above.
-    learned_configuration: bool = True
+    storage: IndexStorageResource = Field(description="Where the index versions live, and the servers to query.")
+    models: ModelResource = Field(description="The query encoders (the same models the indexes were built with).")
+    build: IndexBuildResource | None = Field(
+        None,
+        description="Where the context-token mapping the records were indexed with comes from; "
+        "unset: the default mapping. The code location passes its build resource.",
+    )
+    fusion: FusionConfig = Field(FusionConfig(), description="How the strategies' rankings are fused.")
+    expansion: ExpansionConfig = Field(ExpansionConfig(), description="Vocabulary expansion of the lexical query.")
+    rerank: RerankConfig = Field(RerankConfig(), description="The cross-encoder rerank of the head of the list.")
+    graph: GraphConfig = Field(GraphConfig(), description="Graph expansion: related tools from the top hits.")
+    multi_query: MultiQueryConfig = Field(
+        MultiQueryConfig(), description="Reformulations (feedback, expansion, an LLM) searched and fused by RRF."
+    )
+    query_batching: QueryBatchingConfig = Field(
+        QueryBatchingConfig(),
+        description="Concurrent requests sharing query-encoder calls; max_wait_ms=0 turns it off.",
+    )
+    llm_api_key: str | None = Field(
+        None, description="The key of the multi_query LLM endpoint: set it as an EnvVar (RETRIEVAL_LLM_API_KEY)."
+    )
+    learned_configuration: bool = Field(
+        True,
+        description="Serve each version with the configuration learned for it from the gold queries (the "
+        "retrieval_configuration asset), once the promotion gate passed with it; false: always the settings above.",
+    )
 
-    _searcher: Searcher | None = PrivateAttr(default=None)
+    _service: SearchService | None = PrivateAttr(default=None)
 
     def retrieval_settings(self) -> RetrievalSettings:
-        multi_query = self.multi_query.model_dump()
-        if multi_query["llm_base_url"] is None and self.read_environment:
-            multi_query["llm_base_url"] = _environment("RETRIEVAL_LLM_BASE_URL")
         return RetrievalSettings(
             **{name: getattr(self, name) for name in RetrievalOptions.model_fields},
             fusion=self.fusion,
             expansion=self.expansion,
             rerank=self.rerank,
             graph=self.graph,
-            multi_query=multi_query,
+            multi_query=self.multi_query.model_dump(),
             query_batching=self.query_batching,
             **_given(context_tokens=self.build.context_tokens if self.build else None),
         )
 
     @property
-    def searcher(self) -> Searcher:
-        """The core searcher (one per resource instance): what the HTTP API serves."""
-        if self._searcher is None:
-            self._searcher = Searcher(self.storage.versions(), self._open)
-        return self._searcher
+    def service(self) -> SearchService:
+        """The core search front end (one per resource instance): what the CLI and the HTTP API serve."""
+        if self._service is None:
+            self._service = SearchService(self.storage.versions(), self._open)
+        return self._service
 
     def _open(self, version: IndexVersion) -> HybridRetriever:
         settings = self.retrieval_settings()
@@ -338,7 +371,6 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
         if learned is not None:
             settings = RetrievalConfiguration.model_validate(learned).apply(settings)
         servers = self.storage.servers()
-        api_key = self.llm_api_key or (_environment("RETRIEVAL_LLM_API_KEY") if self.read_environment else None)
         return open_retriever(
             version.layout,
             dense_encoder=self.models.dense_encoder(),
@@ -346,26 +378,59 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
             settings=settings,
             # Loaded even when off by default, so a request can still ask for rerank.
             reranker=_reranker(settings.rerank.model, self.models.device, settings.rerank.max_length),
-            llm_api_key=api_key,
+            llm_api_key=self.llm_api_key,
             server_stores=servers.stores(version.id) if servers else None,
         )
 
     def retriever(self, version: str | None = None) -> HybridRetriever:
-        return self.searcher.retriever(version)
+        return self.service.retriever(version)
 
-    def search(self, query: str, top_k: int = 10, filters: dict[str, Any] | None = None, **options: Any) -> RetrievalResult:
-        return self.searcher.search(query, top_k=top_k, filters=filters, **options)
+    def search(
+        self, query: str, top_k: int = 10, filters: dict[str, Any] | None = None, **options: Any
+    ) -> RetrievalResult:
+        return self.service.search(query, top_k=top_k, filters=filters, **options)
 
     def run(self, request: SearchRequest) -> RetrievalResult:
-        return self.searcher.run(request)
+        return self.service.run(request)
 
     def close(self) -> None:
-        if self._searcher is not None:
-            self._searcher.close()
+        if self._service is not None:
+            self._service.close()
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         # The embedded Qdrant shard allows one open handle per process: release it after each run.
         self.close()
+
+
+class _Variable(Protocol):
+    """An ``EnvVar`` of any type (``EnvVar("NAME")``, ``EnvVar.int("NAME")``)."""
+
+    @property
+    def env_var_name(self) -> str: ...
+
+
+def _variables_set(**fields: _Variable) -> dict[str, Any]:
+    """The fields whose variable is set (and not empty) where the definitions load, each as its
+    ``EnvVar``, which a run resolves as it starts. A field whose variable is unset stays unset,
+    so a server nobody named stays off (an unset ``EnvVar`` would fail the run instead)."""
+    return {field: variable for field, variable in fields.items() if os.environ.get(variable.env_var_name)}
+
+
+def _server_variables() -> dict[str, Any]:
+    """``IndexStorageResource``'s server fields, from the variables ``docker/README.md`` lists."""
+    return _variables_set(
+        qdrant_url=EnvVar("QDRANT_URL"),
+        qdrant_api_key=EnvVar("QDRANT_API_KEY"),
+        qdrant_ca_certs=EnvVar("QDRANT_CA_CERTS"),
+        opensearch_url=EnvVar("OPENSEARCH_URL"),
+        opensearch_user=EnvVar("OPENSEARCH_USER"),
+        opensearch_password=EnvVar("OPENSEARCH_PASSWORD"),
+        opensearch_api_key=EnvVar("OPENSEARCH_API_KEY"),
+        opensearch_ca_certs=EnvVar("OPENSEARCH_CA_CERTS"),
+        opensearch_verify_certs=EnvVar("OPENSEARCH_VERIFY_CERTS"),
+        opensearch_replicas=EnvVar.int("OPENSEARCH_REPLICAS"),
+        opensearch_snapshot_repository=EnvVar("OPENSEARCH_SNAPSHOT_REPOSITORY"),
+    )
 
 
 def code_location_resources(
@@ -373,12 +438,12 @@ def code_location_resources(
     catalog: CatalogResource | None = None,
     models: ModelResource | None = None,
     build: IndexBuildResource | None = None,
-    read_environment: bool = True,
+    environment: bool = True,
 ) -> dict[str, object]:
     """The code location's resources; the arguments are for runs in a scratch home (bench,
-    tests). With ``read_environment`` server settings and secrets are read from the environment
-    when a run starts, not here."""
-    storage = IndexStorageResource(read_environment=read_environment, **_given(home=home))
+    tests). With ``environment`` servers and secrets come from the environment variables set
+    here, as ``EnvVar`` fields that each run resolves when it starts."""
+    storage = IndexStorageResource(**_given(home=home), **(_server_variables() if environment else {}))
     catalog = catalog or CatalogResource()
     if catalog.inbox_dir is None:  # the inbox the HTTP API writes: beside the indexes it serves
         catalog = CatalogResource(**{**catalog.model_dump(), "inbox_dir": str(storage.inbox_dir)})
@@ -392,7 +457,15 @@ def code_location_resources(
         "storage": storage,
         "build": build,
         "gate": PromotionGateResource(),
-        "search": SearchResource(storage=storage, models=models, build=build, read_environment=read_environment),
+        "search": SearchResource(
+            storage=storage,
+            models=models,
+            build=build,
+            multi_query=MultiQueryConfig(
+                **(_variables_set(llm_base_url=EnvVar("RETRIEVAL_LLM_BASE_URL")) if environment else {})
+            ),
+            **(_variables_set(llm_api_key=EnvVar("RETRIEVAL_LLM_API_KEY")) if environment else {}),
+        ),
         "parquet_io_manager": ParquetIOManager(base_dir=str(storage.artifacts_dir)),
     }
 

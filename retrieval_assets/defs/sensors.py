@@ -23,7 +23,12 @@ from retrieval_assets.defs.jobs import document_update_job, evaluation_job
 from retrieval_assets.defs.partitions import catalog_sources
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource
 
-UNFINISHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+UNFINISHED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
 # A build requested for the same pending documents is requested again after this long (it failed
 # or was cancelled); run retries cover crashes before that.
 RE_REQUEST_SECONDS = 600
@@ -54,7 +59,9 @@ def candidate_evaluation_sensor(
     versions = storage.versions()
     promoted = versions.promoted()
     if promoted is not None and promoted.id == version_id:
-        return SkipReason(f"candidate {version_id} is the promoted version already (an unchanged catalog rebuilds nothing)")
+        return SkipReason(
+            f"candidate {version_id} is the promoted version already (an unchanged catalog rebuilds nothing)"
+        )
     # A reused version that is not served (an edit undone, a rollback) is judged again against what is served.
     return RunRequest(run_key=f"evaluate-{version_id}-{asset_event.run_id}", tags={EVALUATED_VERSION_TAG: version_id})
 

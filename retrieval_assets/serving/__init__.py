@@ -1,7 +1,7 @@
-"""Serving: the HTTP API over the query resource (``http_api``), its API keys (``auth``), and a load test for it (``loadtest``).
+"""Serving: the HTTP API over the query resource (``app``, its ``routes``), its API keys (``auth``), and ``serve``'s start-up (``server``).
 
 Nothing here imports the Dagster layer: ``retrieval-assets serve`` (cli.py) hands ``create_app``
-the configured search resource's ``Searcher``.
+the configured search resource's ``SearchService``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ __all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so the load-test client does not import FastAPI and the models' stack.
+    # Lazy, so that importing serving (auth's key files, say) does not load the models' stack.
     if name == "create_app":
-        from retrieval_assets.serving.http_api import create_app
+        from retrieval_assets.serving.app import create_app
 
         return create_app
     raise AttributeError(name)

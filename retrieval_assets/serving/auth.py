@@ -13,6 +13,10 @@ costs microseconds per request; the digest is compared in constant time.
 Scopes: ``search`` (search, the stream, document statuses), ``documents:write`` (post and
 delete documents), ``admin`` (both). ``new_key`` makes a token and its record
 (``retrieval-assets api-key create``).
+
+On the app's side, ``KeyRequired`` (ASGI middleware) answers 401 to a request without a known
+key before anything reads it; ``authorizer`` is the routes' dependency that checks the key's
+scope and rate, and ``granted`` bounds a search to the key's tenants.
 """
 
 from __future__ import annotations
@@ -26,12 +30,22 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Literal
 
+from fastapi import Request, Security
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
+
+from retrieval_assets.core.models import SearchRequest
+from retrieval_assets.serving.errors import error_response
 
 KEYS_ENV = "RETRIEVAL_ASSETS_API_KEYS"
 KEYS_FILE_ENV = "RETRIEVAL_ASSETS_API_KEYS_FILE"
@@ -227,3 +241,110 @@ class RateLimiter:
                 wait = math.ceil((1.0 - bucket.tokens) / per_second)
                 raise AuthError(429, f"key {key.id!r} is over {key.requests_per_minute} requests a minute", wait)
             bucket.tokens -= 1.0
+
+
+def add_key(path: Path, key: ApiKey) -> None:
+    """Add ``key``'s record to the keys file at ``path`` (created if need be)."""
+    existing = read_keys(path)
+    if any(other.id == key.id for other in existing):
+        raise ValueError(f"{path} already has a key {key.id!r}: revoke it first")
+    write_keys(path, [*existing, key])
+
+
+def revoke_key(path: Path, key_id: str) -> None:
+    """Remove the key ``key_id`` from the keys file at ``path``."""
+    keys = read_keys(path)
+    kept = [key for key in keys if key.id != key_id]
+    if len(kept) == len(keys):
+        raise ValueError(f"{path} has no key {key_id!r}")
+    write_keys(path, kept)
+
+
+# The app's side: the bearer scheme, the middleware that authenticates, the routes' dependency.
+
+_BEARER = HTTPBearer(auto_error=False, scheme_name="apiKey", description="an API key (`retrieval-assets api-key create`)")
+
+
+# What a caller without a key may read: readiness and the contract.
+OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+# Per scope, the dependency a route takes to learn its caller's key (None: every caller is trusted).
+Authorizer = Callable[[Scope], Callable[..., Awaitable[ApiKey | None]]]
+
+
+class KeyRequired:
+    """ASGI middleware: a request without a known key is answered 401 before anything reads it,
+    so that such a caller gets no other answer (no 422 about its body, no 404, no 405). The key
+    goes to ``request.state.api_key`` for the routes' scope and rate checks."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            key = self.keys.authenticate(bearer_token(Headers(scope=scope).get("authorization", "")))
+        except AuthError as exc:
+            await auth_error_response(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["api_key"] = key
+        await self.app(scope, receive, send)
+
+
+def auth_error_response(exc: AuthError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return error_response(exc.status, exc.detail, HTTPStatus(exc.status).phrase, headers=headers)
+
+
+async def unauthorized(_: Request, exc: AuthError) -> JSONResponse:
+    """The exception handler for ``AuthError``: 401 with ``WWW-Authenticate``, 403, 429 with ``Retry-After``."""
+    return auth_error_response(exc)
+
+
+def bearer_token(authorization: str) -> str | None:
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def authorizer(secured: bool) -> Authorizer:
+    """The dependency a route takes, per scope, to learn its caller's key (authenticated by
+    ``KeyRequired``) after checking the key's scope and rate; without keys, every caller is
+    trusted (None)."""
+    if not secured:
+
+        async def trusted() -> None:
+            return None
+
+        return lambda _scope: trusted
+    limiter = RateLimiter()
+
+    def caller(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
+        # The bearer scheme is declared here, for the OpenAPI document; the middleware checked it.
+        # Async (nothing here blocks), so that it costs no hop through the thread pool.
+        async def authorized(
+            request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+        ) -> ApiKey:
+            key: ApiKey = request.state.api_key
+            if not key.allows(scope):
+                raise AuthError(403, f"key {key.id!r} lacks the {scope!r} scope")
+            limiter.spend(key)
+            return key
+
+        return authorized
+
+    return caller
+
+
+def granted(request: SearchRequest, key: ApiKey | None) -> SearchRequest:
+    """The request within the key's tenants: naming another tenant is a 403, naming none searches
+    all of the key's tenants (never every tenant)."""
+    if key is None:
+        return request
+    if request.tenant_id is not None:
+        key.check_tenant(request.tenant_id)
+    return request.model_copy(update={"tenants": key.tenants})

@@ -14,7 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.process_collector import ProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 

@@ -15,7 +15,7 @@ from retrieval_assets.core.index.build import backend_chunk_ids
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.models import Strategy
-from retrieval_assets.core.retrieval.searcher import open_retriever
+from retrieval_assets.core.retrieval.service import open_retriever
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.defs.resources import IndexBuildResource, ModelResource
 from retrieval_assets.paths import BUNDLED_DATA

@@ -11,19 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core.index.layout import IndexLayout
-from retrieval_assets.core.embed.cache import MAX_SEGMENTS
-from retrieval_assets.core.embed.steps import embedding_cache
-from retrieval_assets.core.index.build import backend_chunk_ids
-from retrieval_assets.defs.resources import ModelResource
-from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets.core.embed.cache import EmbeddingCache, encode_with_cache
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
-from retrieval_assets.core.models import SparseVector
-from retrieval_assets.core.retrieval.searcher import open_retriever
-from retrieval_assets.core.settings import RetrievalSettings
+from retrieval_assets.core.embed.cache import MAX_SEGMENTS, EmbeddingCache, encode_with_cache
+from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.embed.vectors import dense_values
+from retrieval_assets.core.index.build import backend_chunk_ids
+from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.models import SparseVector
+from retrieval_assets.core.retrieval.service import open_retriever
+from retrieval_assets.core.settings import RetrievalSettings
+from retrieval_assets.defs.resources import ModelResource
+from retrieval_assets_tests import TEST_DATA
+from retrieval_assets_tests.builds import build_catalog
 
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 QUERIES = ("align sequencing reads to a reference genome", "variant calling", "sort BAM files")

@@ -1,5 +1,5 @@
 """Both instance configs (local and the compose stack's) are valid for this Dagster and keep the
-promises the README makes: failed runs are retried from failure, and one run at a time writes
+promises docs/operations.md makes: failed runs are retried from failure, and one run at a time writes
 into the index_writes pool."""
 
 from __future__ import annotations

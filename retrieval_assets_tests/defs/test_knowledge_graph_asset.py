@@ -8,14 +8,13 @@ from pathlib import Path
 import pandas as pd
 from dagster import materialize
 
-from retrieval_assets_tests import TEST_DATA
-from retrieval_assets.core.index.graph import ToolGraph
-from retrieval_assets.defs.resources import code_location_resources
+from retrieval_assets.core.retrieval.graph_expansion import ToolGraph
 from retrieval_assets.defs.assets.graph import knowledge_graph
 from retrieval_assets.defs.assets.index import index_candidate
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
-from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource
+from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource, code_location_resources
+from retrieval_assets_tests import TEST_DATA
 
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 

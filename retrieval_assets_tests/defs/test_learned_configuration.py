@@ -17,6 +17,7 @@ from retrieval_assets.defs.jobs import DOCUMENT_UPDATE_CONFIG, EVALUATION
 from retrieval_assets.defs.resources import CatalogResource, SearchResource
 from retrieval_assets.runs import deployment_resources, run_selection
 from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets_tests.defs.tables import undescribed_columns
 
 # Guards that let any training gain through, so that a change is learned from forty queries.
 PERMISSIVE = {"folds": 4, "min_queries": 10, "depths": [100], "weights": [0.0, 1.0], "min_gain": 0.0, "significance": 0.99}
@@ -74,6 +75,13 @@ def test_the_learned_configuration_is_evaluated_gated_and_promoted(deployment: d
     assert versions.promoted().id == version.id
     [row] = [row for row in versions.quality_history() if row["version"] == version.id]
     assert row["configuration"] == "tuned" and row["ndcg@10"] == report["runs"]["tuned"]["ndcg@10"]
+
+
+def test_the_folds_and_configurations_tables_describe_every_column(deployment: dict) -> None:
+    # The tables only a cross-validated configuration shows: its folds, and tuned_cv's columns.
+    metadata = deployment["metadata"]
+    assert "folds" in metadata["retrieval_configuration"]
+    assert [column for asset, values in metadata.items() for column in undescribed_columns(values, asset)] == []
 
 
 def test_serving_uses_the_configuration_the_gate_passed_with(deployment: dict) -> None:

@@ -13,15 +13,16 @@ from dagster import materialize
 from retrieval_assets.core.evaluation.benchmark import CONFIGURATIONS
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.definitions import ASSETS
-from retrieval_assets.defs.jobs import WHOLE_BUILD
-from retrieval_assets.defs.resources import code_location_resources
 from retrieval_assets.defs.io_manager import ParquetIOManager
+from retrieval_assets.defs.jobs import WHOLE_BUILD
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexStorageResource,
     ModelResource,
     SearchResource,
+    code_location_resources,
 )
+from retrieval_assets_tests.defs.tables import undescribed_columns
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +112,18 @@ def test_real_query_finds_the_expected_document(built, tiny_beir: Path) -> None:
     assert top.chunk_id.startswith(f"{top.doc_id}#")
     assert set(top.strategy_scores) <= {"bm25", "splade", "dense"} and top.strategy_scores
     assert result.strategies == list(RetrievalSettings().strategies) and result.fusion == RetrievalSettings().fusion.method
+
+
+def test_every_table_column_in_the_run_is_described(built) -> None:
+    result, _, _ = built
+    undescribed = [
+        column
+        for event in result.get_asset_materialization_events()
+        for column in undescribed_columns(event.materialization.metadata, event.asset_key.to_user_string())
+    ]
+    undescribed += [
+        column
+        for check in result.get_asset_check_evaluations()
+        for column in undescribed_columns(check.metadata, check.asset_check_key.name)
+    ]
+    assert undescribed == []

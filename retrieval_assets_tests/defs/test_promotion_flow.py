@@ -13,21 +13,20 @@ import pandas as pd
 import pytest
 from dagster import AssetKey, AssetSelection, DagsterInstance, MultiPartitionKey, build_sensor_context, materialize
 
-from retrieval_assets_tests import TEST_DATA
 from retrieval_assets.definitions import ASSETS, defs
-from retrieval_assets.defs.jobs import WHOLE_BUILD
-from retrieval_assets.defs.resources import code_location_resources
 from retrieval_assets.defs.assets.embed import embedding_cache_shard
 from retrieval_assets.defs.io_manager import ParquetIOManager
-from retrieval_assets.defs.jobs import BUILD, EVALUATION, rollback_job
+from retrieval_assets.defs.jobs import BUILD, EVALUATION, WHOLE_BUILD, rollback_job
 from retrieval_assets.defs.partitions import catalog_sources, hash_shards
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexStorageResource,
     ModelResource,
     SearchResource,
+    code_location_resources,
 )
 from retrieval_assets.defs.sensors import candidate_evaluation_sensor, catalog_source_sensor, document_inbox_sensor
+from retrieval_assets_tests import TEST_DATA
 
 QUERY = "vitamin B12 deficiency and homocysteine"
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"

@@ -51,7 +51,7 @@ def client(build: TenantBuild) -> Iterator[TestClient]:
     with build_resources({"search": configured}) as resources:
         search: SearchResource = resources.search
         assert search.llm_api_key == SECRET
-        with TestClient(create_app(search.searcher, catalog_format="tool_catalog")) as test_client:
+        with TestClient(create_app(search.service, catalog_format="tool_catalog")) as test_client:
             yield test_client
 
 

@@ -139,7 +139,7 @@ def test_limits_are_checked(concurrency: int, queue_depth: int) -> None:
 
 def test_by_default_one_search_runs_per_core_the_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
     from retrieval_assets.core.embed import device
-    from retrieval_assets.serving.http_api import default_limits
+    from retrieval_assets.serving.app import default_limits
 
     monkeypatch.setattr(device.os, "sched_getaffinity", lambda _pid: {0, 2, 5})
     assert default_limits() == AdmissionLimits(concurrency=3, queue_depth=64)

@@ -15,12 +15,12 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
+from retrieval_assets.bench.loadtest import run_load_test
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.ingest.inbox import INBOX_DIR
 from retrieval_assets.core.models import SearchRequest
-from retrieval_assets.core.retrieval.searcher import BackendNotAvailableError
+from retrieval_assets.core.retrieval.service import BackendNotAvailableError
 from retrieval_assets.serving import create_app
-from retrieval_assets.serving.loadtest import run_load_test
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild
 
 QUERY = "align sequencing reads to a reference genome"
@@ -29,7 +29,7 @@ QUERY = "align sequencing reads to a reference genome"
 @pytest.fixture(scope="module")
 def client(build: TenantBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     # The inbox goes to a scratch home so that posted documents do not touch the shared build.
-    app = create_app(build.search_resource().searcher, home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog")
+    app = create_app(build.search_resource().service, home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog")
     with TestClient(app) as test_client:  # runs the lifespan: opens the retriever, closes it at the end
         yield test_client
 

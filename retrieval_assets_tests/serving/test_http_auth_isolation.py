@@ -33,12 +33,16 @@ from retrieval_assets.core.index.vocabulary import words
 from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation
 from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.core.query import control_tags, nl_filters
-from retrieval_assets.core.retrieval import retriever
+from retrieval_assets.core.retrieval import retriever, service
 from retrieval_assets.core.stores import base as stores_base
 from retrieval_assets.core.stores import filters
 from retrieval_assets.defs.resources import GraphConfig, RerankConfig, SearchResource
-from retrieval_assets.serving import auth, create_app, http_api, service
+from retrieval_assets.serving import app as http_app
+from retrieval_assets.serving import auth, create_app, errors, openapi, schemas
 from retrieval_assets.serving.auth import ApiKeys, new_key
+from retrieval_assets.serving.routes import documents as document_routes
+from retrieval_assets.serving.routes import operations as operation_routes
+from retrieval_assets.serving.routes import search as search_routes
 from retrieval_assets_tests.core.retrieval.tenant_indexes import (
     TENANTS,
     TenantBuild,
@@ -62,7 +66,10 @@ _ISSUED = {
 _ISSUED[SLOW] = new_key(SLOW, ["alpha"], ["search"], requests_per_minute=2)
 TOKENS = {key_id: token for key_id, (token, _) in _ISSUED.items()}
 KEYS = ApiKeys([key for _, key in _ISSUED.values()])
-PRODUCT_MODULES = (http_api, auth, retriever, control_tags, nl_filters, filters, stores_base, service)
+PRODUCT_MODULES = (
+    http_app, schemas, errors, openapi, search_routes, document_routes, operation_routes,
+    auth, retriever, control_tags, nl_filters, filters, stores_base, service,
+)
 SCOPE_OF_ROUTE = {
     "search": "search", "stream": "search", "get": "search", "delete": "documents:write", "post": "documents:write"
 }
@@ -166,7 +173,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _app(build: TenantBuild, home: Path) -> tuple[FastAPI, SearchResource]:
     # Graph expansion on; rerank scores a short head to stay fast.
     resource = build.search_resource(graph=GraphConfig(enabled=True), rerank=RerankConfig(candidates=5))
-    return create_app(resource.searcher, home=home, catalog_format="tool_catalog", keys=KEYS), resource
+    return create_app(resource.service, home=home, catalog_format="tool_catalog", keys=KEYS), resource
 
 
 @contextmanager

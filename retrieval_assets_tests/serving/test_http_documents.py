@@ -17,7 +17,7 @@ from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.index.versions import IndexVersion
 from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxOutcome
 from retrieval_assets.serving import create_app
-from retrieval_assets.serving.http_api import MAX_DOCUMENT_BATCH
+from retrieval_assets.serving.schemas import MAX_DOCUMENT_BATCH
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild
 
 INDEXED = (InboxOutcome.INDEXED, None, None)
@@ -33,7 +33,7 @@ def promoted(build: TenantBuild) -> IndexVersion:
 @pytest.fixture(scope="module")
 def client(build: TenantBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     # The inbox goes to a scratch home so that posted documents do not touch the shared build.
-    app = create_app(build.search_resource().searcher, home=tmp_path_factory.mktemp("documents_home"), catalog_format="tool_catalog")
+    app = create_app(build.search_resource().service, home=tmp_path_factory.mktemp("documents_home"), catalog_format="tool_catalog")
     with TestClient(app) as test_client:
         yield test_client
 

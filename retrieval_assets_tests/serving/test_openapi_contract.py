@@ -29,9 +29,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from retrieval_assets.bench.auth_overhead import serve_in_thread
 from retrieval_assets.serving import create_app
 from retrieval_assets.serving.auth import ApiKeys, new_key
-from retrieval_assets.serving.auth_bench import serve_in_thread
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TENANTS, build_tenant_indexes
 
 # Test cases per operation and phase: about 30 s of requests on two busy cores.
@@ -48,7 +48,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     home = tmp_path_factory.mktemp("contract_home")
     # alpha is the default tenant, so that a write naming none is accepted (and the stateful phase can chain them).
     return create_app(
-        build.search_resource().searcher, home=home, catalog_format="tool_catalog", default_tenant="alpha", keys=ApiKeys([KEY])
+        build.search_resource().service, home=home, catalog_format="tool_catalog", default_tenant="alpha", keys=ApiKeys([KEY])
     )
 
 

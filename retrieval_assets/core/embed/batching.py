@@ -18,7 +18,7 @@ encoder.
 Only encoders whose vectors do not depend on their batch company are batched (an encoder says
 so with ``query_batches_exact``; fp32 models with masked padding do, to ~1e-6). The INT8 ONNX
 encoder does not: a shared run shares its dynamic activation scales, and the factories return it
-as it is (README "Query micro-batching" has the measurements).
+as it is (docs/http-api.md "Query micro-batching" has the measurements).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.base import ProgressCallback
-from retrieval_assets.core.io.tables import empty_frame, write_parquet
 from retrieval_assets.core.faults import fault_point
+from retrieval_assets.core.io.tables import empty_frame, write_parquet
 
 KEY = "content_hash"
 SEGMENT_GLOB = "segment-*.parquet"

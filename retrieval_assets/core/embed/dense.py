@@ -32,7 +32,7 @@ class OnnxDenseEncoder(DenseEncoder):
 
     Its queries are therefore never micro-batched (``core/embed/batching.py``): sharing a run
     shares the activation scales, padded or not, and on SciFact's 300 test queries that changed
-    most top-10 lists (README "Query micro-batching").
+    most top-10 lists (docs/http-api.md "Query micro-batching").
     """
 
     query_batches_exact = False  # see batching.batching_dense_encoder

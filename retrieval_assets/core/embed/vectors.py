@@ -77,9 +77,9 @@ def dense_matrix(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> np.ndarray:
 def sparse_vectors(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> list[SparseVector]:
     """Sparse vectors for ``chunk_ids`` in that order."""
     found = _positions(frame, chunk_ids, "sparse embedding")
-    arrow_indices = _arrow_rows(frame["indices"], found)
-    if arrow_indices is not None:
-        values = _arrow_rows(frame["values"], found).to_pylist()
+    arrow_indices, arrow_values = _arrow_rows(frame["indices"], found), _arrow_rows(frame["values"], found)
+    if arrow_indices is not None and arrow_values is not None:
+        values = arrow_values.to_pylist()
         return [SparseVector(indices=i, values=v) for i, v in zip(arrow_indices.to_pylist(), values, strict=True)]
     indices, values = frame["indices"].to_numpy(), frame["values"].to_numpy()
     return [SparseVector(indices=indices[p].tolist(), values=values[p].tolist()) for p in found]

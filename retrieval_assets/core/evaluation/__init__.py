@@ -1,1 +1,2 @@
-"""Evaluation: retrieval metrics, the promotion gate and its paired statistics, learned configurations, benchmark configurations."""
+"""Evaluation: retrieval metrics, the promotion gate and its paired statistics, learned configurations,
+benchmark configurations."""

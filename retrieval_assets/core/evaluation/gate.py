@@ -33,16 +33,22 @@ class GateSettings(BaseModel):
     the drop margins catch a regression against whatever the catalog reached before.
     """
 
-    min_ndcg_at_10: float = Field(0.1, ge=0.0, le=1.0)
-    min_recall_at_100: float = Field(0.3, ge=0.0, le=1.0)
-    # Largest allowed absolute fall below the promoted version.
-    max_ndcg_drop: float = Field(0.01, ge=0.0)
-    max_recall_drop: float = Field(0.01, ge=0.0)
-    p95_budget_ms: float = Field(1000.0, gt=0.0)
-    # A per-query drop with a paired randomization p-value below this is refused, whatever its size.
-    significance: float = Field(0.05, gt=0.0, lt=1.0)
-    # A catalog without gold queries cannot be measured; promote it on its checks alone?
-    promote_without_gold: bool = True
+    min_ndcg_at_10: float = Field(0.1, ge=0.0, le=1.0, description="Least nDCG@10 a candidate may have.")
+    min_recall_at_100: float = Field(0.3, ge=0.0, le=1.0, description="Least recall@100 a candidate may have.")
+    max_ndcg_drop: float = Field(
+        0.01, ge=0.0, description="Largest allowed absolute fall of nDCG@10 below the promoted version."
+    )
+    max_recall_drop: float = Field(
+        0.01, ge=0.0, description="Largest allowed absolute fall of recall@100 below the promoted version."
+    )
+    p95_budget_ms: float = Field(1000.0, gt=0.0, description="Largest allowed P95 query latency, in milliseconds.")
+    significance: float = Field(
+        0.05, gt=0.0, lt=1.0,
+        description="A per-query drop with a paired randomization p-value below this is refused, whatever its size.",
+    )
+    promote_without_gold: bool = Field(
+        True, description="Promote a catalog without gold queries (which cannot be measured) on its checks alone."
+    )
 
     def floors(self) -> dict[str, float]:
         return {"ndcg@10": self.min_ndcg_at_10, "recall@100": self.min_recall_at_100}
@@ -76,8 +82,10 @@ def decide(
     ``*_queries`` are per-query scores (query id -> metric -> value) for the paired test, and
     ``best_ever`` the best value of each metric any promoted version reached on these gold queries."""
     if candidate is None:
-        reasons = [] if settings.promote_without_gold else ["no gold queries to evaluate the candidate with"]
-        return GateDecision(passed=not reasons, reasons=reasons, comparison={})
+        missing: list[str] = (
+            [] if settings.promote_without_gold else ["no gold queries to evaluate the candidate with"]
+        )
+        return GateDecision(passed=not missing, reasons=missing, comparison={})
     reasons: list[str] = []
     comparison: dict[str, dict[str, float | None]] = {}
     paired: dict[str, PairedDifference] = {}
@@ -85,7 +93,9 @@ def decide(
         value, floor, drop = candidate[metric], settings.floors()[metric], settings.drops()[metric]
         before = promoted.get(metric) if promoted else None
         best = (best_ever or {}).get(metric)
-        comparison[metric] = {"candidate": value, "promoted": before, "best_ever": best, "floor": floor, "allowed_drop": drop}
+        comparison[metric] = {
+            "candidate": value, "promoted": before, "best_ever": best, "floor": floor, "allowed_drop": drop
+        }
         if value < floor:
             reasons.append(f"{metric} {value:.4f} is below the floor {floor:.4f}")
         if before is not None and value < before - drop:
@@ -95,7 +105,9 @@ def decide(
         if candidate_queries and promoted_queries:
             difference = paired_difference(scores_of(candidate_queries, metric), scores_of(promoted_queries, metric))
             paired[metric] = difference
-            comparison[metric] |= {"ci_low": difference.ci_low, "ci_high": difference.ci_high, "p_value": difference.p_value}
+            comparison[metric] |= {
+                "ci_low": difference.ci_low, "ci_high": difference.ci_high, "p_value": difference.p_value
+            }
             if is_significant_drop(difference, settings.significance):
                 reasons.append(
                     f"{metric} dropped significantly against the promoted version: mean {difference.mean:+.4f} over "

@@ -44,7 +44,9 @@ def paired_difference(
     differences = np.array([candidate[q] - baseline[q] for q in common], dtype=float)
     counts = {"wins": int((differences > 0).sum()), "losses": int((differences < 0).sum())}
     if not differences.any():  # identical scores: nothing to test, and scipy cannot resample a constant
-        return PairedDifference(queries=len(common), mean=0.0, ci_low=0.0, ci_high=0.0, p_value=1.0, ties=len(common), **counts)
+        return PairedDifference(
+            queries=len(common), mean=0.0, ci_low=0.0, ci_high=0.0, p_value=1.0, ties=len(common), **counts
+        )
     rng = np.random.default_rng(SEED)
     # Sign flips of the differences are the paired permutations of the two systems' scores.
     test = stats.permutation_test(
@@ -68,15 +70,16 @@ def per_query_changes(
     candidate: Mapping[str, float], baseline: Mapping[str, float], limit: int = 10
 ) -> list[dict[str, float | str]]:
     """The ``limit`` largest losses and wins, worst first: where a difference comes from."""
-    rows = [
-        {"query_id": q, "candidate": candidate[q], "baseline": baseline[q], "difference": candidate[q] - baseline[q]}
-        for q in set(candidate) & set(baseline)
-        if candidate[q] != baseline[q]
+    # (difference, query id), sorted as the rows are reported: by difference, then query id.
+    changes = sorted(
+        (candidate[q] - baseline[q], q) for q in set(candidate) & set(baseline) if candidate[q] != baseline[q]
+    )
+    losses = [(d, q) for d, q in changes if d < 0][:limit]
+    wins = [(d, q) for d, q in reversed(changes) if d > 0][:limit]
+    return [
+        {"query_id": q, "candidate": candidate[q], "baseline": baseline[q], "difference": d}
+        for d, q in losses + wins[::-1]
     ]
-    rows.sort(key=lambda row: (row["difference"], row["query_id"]))
-    losses = [row for row in rows if row["difference"] < 0][:limit]
-    wins = [row for row in reversed(rows) if row["difference"] > 0][:limit]
-    return losses + wins[::-1]
 
 
 def scores_of(per_query: Mapping[str, Mapping[str, float]], metric: str) -> dict[str, float]:

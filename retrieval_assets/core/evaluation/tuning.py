@@ -34,8 +34,9 @@ from retrieval_assets.core.evaluation.metrics import EVAL_DEPTH, latency_percent
 from retrieval_assets.core.evaluation.significance import paired_difference, scores_of
 from retrieval_assets.core.ingest.catalog import GoldSet
 from retrieval_assets.core.models import FusionMethod, SearchRequest, StoreHit, Strategy
+from retrieval_assets.core.retrieval.fusion import document_rankings, fuse_rankings
 from retrieval_assets.core.retrieval.rerank.base import Reranker
-from retrieval_assets.core.retrieval.retriever import HybridRetriever, document_rankings, fuse_rankings
+from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import RetrievalSettings
 
 Progress = Callable[[str], None]
@@ -44,23 +45,38 @@ Progress = Callable[[str], None]
 class TuningSettings(BaseModel):
     """The search space and its guards."""
 
-    folds: int = Field(5, ge=2)
-    # Fewer judged queries than this keep the deployment's configuration: with five folds each
-    # held-out fold then has at least ten queries, so one query moves a fold's score by 0.1 at most.
-    min_queries: int = Field(50, ge=2)
-    methods: list[FusionMethod] = Field(
-        default_factory=lambda: [FusionMethod.MINMAX, FusionMethod.ZSCORE, FusionMethod.RRF]
+    folds: int = Field(5, ge=2, description="Cross-validation folds.")
+    # With five folds each held-out fold then has at least ten queries, so one query moves a
+    # fold's score by 0.1 at most.
+    min_queries: int = Field(
+        50, ge=2, description="Fewer judged queries than this keep the deployment's configuration."
     )
-    # Relative weights: scale-free for every method, so a handful of ratios spans the space.
-    weights: list[float] = Field(default_factory=lambda: [0.0, 0.25, 0.5, 1.0, 2.0])
-    depths: list[int] = Field(default_factory=lambda: [100, 200])
-    passes: int = Field(2, ge=1)  # rounds of coordinate ascent over the strategies' weights
-    min_gain: float = Field(0.005, ge=0.0)  # training nDCG@10 a change must add
-    significance: float = Field(0.05, gt=0.0, lt=1.0)  # and its p-value on the training queries
-    max_recall_drop: float = Field(0.005, ge=0.0)  # training recall@100 a change may lose
-    blend_weights: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75])
-    # Past this, the search keeps the best configuration found so far (and says so).
-    time_budget_s: float = Field(600.0, gt=0.0)
+    methods: list[FusionMethod] = Field(
+        default_factory=lambda: [FusionMethod.MINMAX, FusionMethod.ZSCORE, FusionMethod.RRF],
+        description="Fusion methods tried.",
+    )
+    # Scale-free for every method, so a handful of ratios spans the space.
+    weights: list[float] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 1.0, 2.0], description="Relative strategy weights tried."
+    )
+    depths: list[int] = Field(
+        default_factory=lambda: [100, 200], description="Candidates per strategy tried."
+    )
+    passes: int = Field(2, ge=1, description="Rounds of coordinate ascent over the strategies' weights.")
+    min_gain: float = Field(0.005, ge=0.0, description="Training nDCG@10 a change must add.")
+    significance: float = Field(
+        0.05, gt=0.0, lt=1.0, description="Largest p-value on the training queries of a change's gain."
+    )
+    max_recall_drop: float = Field(0.005, ge=0.0, description="Training recall@100 a change may lose.")
+    blend_weights: list[float] = Field(
+        default_factory=lambda: [0.25, 0.5, 0.75], description="Rerank blend weights tried."
+    )
+    time_budget_s: float = Field(
+        600.0, gt=0.0,
+        description=(
+            "Seconds the search may take; past them it keeps the best configuration found so far (and says so)."
+        ),
+    )
 
 
 class RetrievalConfiguration(BaseModel):
@@ -78,7 +94,9 @@ class RetrievalConfiguration(BaseModel):
     def of(cls, settings: RetrievalSettings) -> RetrievalConfiguration:
         return cls(
             fusion=settings.fusion.method,
-            weights={Strategy(s).value: settings.fusion.weights.get(Strategy(s).value, 1.0) for s in settings.strategies},
+            weights={
+                Strategy(s).value: settings.fusion.weights.get(Strategy(s).value, 1.0) for s in settings.strategies
+            },
             candidates_per_strategy=settings.candidates_per_strategy,
             multi_query=settings.multi_query.enabled,
             rerank_blend=settings.rerank.blend_weight,
@@ -144,7 +162,9 @@ class TuningResult(BaseModel):
         if not self.held_out:
             return {}
         queries = list(self.held_out)
-        summary = {metric: round(_mean(self.held_out, queries, metric), 4) for metric in ("ndcg@10", "recall@100", "mrr@10")}
+        summary = {
+            metric: round(_mean(self.held_out, queries, metric), 4) for metric in ("ndcg@10", "recall@100", "mrr@10")
+        }
         latency = latency_percentiles([s["latency_ms"] for s in self.held_out.values()])
         fold_ndcg = [f.test_ndcg_at_10 for f in self.folds]
         return {
@@ -349,7 +369,9 @@ class ConfigurationLearner:
             )
         self._capture()
         folds = fold_of(self._qids, self.settings.folds)
-        results, held_out, default_scores = [], {}, {}
+        results: list[FoldResult] = []
+        held_out: dict[str, dict[str, float]] = {}
+        default_scores: dict[str, dict[str, float]] = {}
         for fold in range(self.settings.folds):
             test = [qid for qid in self._qids if folds[qid] == fold]
             train = [qid for qid in self._qids if folds[qid] != fold]

@@ -36,10 +36,10 @@ from retrieval_assets.core.stores.base import (
     field_types_from_kinds,
     infer_field_types,
 )
-from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
-from retrieval_assets.core.stores.tantivy_store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
-from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy.store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 # Points per slice handed to a Qdrant or OpenSearch build.
 UPSERT_ROWS = 4096
@@ -56,7 +56,9 @@ def chunk_table(chunks: pd.DataFrame) -> pd.DataFrame:
     """Each chunk's id, document and a hash of its whole row as indexed (text, hash, metadata):
     a version keeps it, and the next build diffs its chunks against it."""
     hashes = pd.util.hash_pandas_object(chunks, index=False).to_numpy()
-    return pd.DataFrame({"chunk_id": chunks["chunk_id"].to_numpy(), "doc_id": chunks["doc_id"].to_numpy(), "row_hash": hashes})
+    return pd.DataFrame(
+        {"chunk_id": chunks["chunk_id"].to_numpy(), "doc_id": chunks["doc_id"].to_numpy(), "row_hash": hashes}
+    )
 
 
 def _described(settings: Mapping[str, object]) -> str:
@@ -254,7 +256,9 @@ def sealed_chunk_ids(version: IndexVersion) -> set[str] | None:
     return set(pd.read_parquet(version.layout.chunks, columns=["chunk_id"])["chunk_id"])
 
 
-def _embedded_backends(layout: IndexLayout) -> tuple[tuple[str, type, Path], ...]:
+def _embedded_backends(
+    layout: IndexLayout,
+) -> tuple[tuple[str, type[FaissDenseStore | QdrantEdgeStore | TantivyLexicalStore], Path], ...]:
     return (
         ("faiss", FaissDenseStore, layout.faiss),
         ("qdrant", QdrantEdgeStore, layout.qdrant),

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -69,9 +69,9 @@ from retrieval_assets.core.stores.base import (
     read_manifest,
     validate_field_types,
 )
-from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
-from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 Store = TypeVar("Store", FaissDenseStore, QdrantEdgeStore)
 
@@ -221,9 +221,11 @@ def load_delta(versions: IndexVersions, candidate: CandidateRecord) -> Delta | N
 
 
 def read_plan(path: Path) -> DeltaPlan:
-    fields = json.loads(path.read_text())
+    fields: dict[str, Any] = json.loads(path.read_text())
     fields.pop("reason", None)
-    return DeltaPlan(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    # JSON gives lists where the plan holds tuples.
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return DeltaPlan(**values)
 
 
 def delta_field_kinds(
@@ -251,8 +253,11 @@ def candidate_payloads(
     with collection_paused():
         for chunk_id in chunks["chunk_id"].tolist():
             payload = fresh.get(chunk_id)
-            text = None if payload is not None else kept[chunk_id]
-            payloads.append(payload if payload is not None else parse_payload(text))
+            text: str | None = None
+            if payload is None:
+                text = kept[chunk_id]
+                payload = parse_payload(text)
+            payloads.append(payload)
             texts.append(text)
     return payloads, texts
 
@@ -307,5 +312,7 @@ def delta_term_counts(delta: Delta, chunks: pd.DataFrame) -> pd.DataFrame:
     old_chunks = before.loc[before["doc_id"].isin(documents), "chunk_id"]
     old = FaissDenseStore.stored_payloads(delta.base.layout.faiss, set(old_chunks)).values()
     new = chunks[chunks["doc_id"].isin(documents)]
-    return update_term_counts(pd.read_parquet(delta.base.layout.vocabulary_counts), payload_texts(old), chunk_texts(new))
+    return update_term_counts(
+        pd.read_parquet(delta.base.layout.vocabulary_counts), payload_texts(old), chunk_texts(new)
+    )
 

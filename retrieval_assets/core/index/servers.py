@@ -18,16 +18,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval_assets.core.index.build import PointBatch
+from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.models import Strategy
 from retrieval_assets.core.stores.base import FieldType, IndexStore
-from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings, OpenSearchStore
-from retrieval_assets.core.stores.opensearch_store import connect as connect_opensearch
-from retrieval_assets.core.stores.opensearch_store import transient_wait as opensearch_transient
-from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings, QdrantServerStore
-from retrieval_assets.core.stores.qdrant_server_store import connect as connect_qdrant
-from retrieval_assets.core.stores.qdrant_server_store import transient_wait as qdrant_transient
+from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings
+from retrieval_assets.core.stores.opensearch.connection import connect as connect_opensearch
+from retrieval_assets.core.stores.opensearch.connection import transient_wait as opensearch_transient
+from retrieval_assets.core.stores.opensearch.store import OpenSearchStore
+from retrieval_assets.core.stores.qdrant.connection import QdrantServerSettings
+from retrieval_assets.core.stores.qdrant.connection import connect as connect_qdrant
+from retrieval_assets.core.stores.qdrant.connection import transient_wait as qdrant_transient
+from retrieval_assets.core.stores.qdrant.server import QdrantServerStore
 from retrieval_assets.core.stores.remote import RetryPolicy
-from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 
 
 class ServerSettings(BaseModel):
@@ -113,7 +115,8 @@ class ServerIndexes:
         return served
 
     def chunk_ids(self, version: str) -> dict[str, set[str]]:
-        return {store.backend: store.chunk_ids() for store in {id(s): s for s in self.stores(version).values()}.values()}
+        distinct = {id(s): s for s in self.stores(version).values()}.values()
+        return {store.backend: store.chunk_ids() for store in distinct}
 
     def promote(self, version: str, *, snapshot: bool = True) -> None:
         """Move the aliases to ``version``: snapshot first, then Qdrant, then OpenSearch.

@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from retrieval_assets.core.io.files import write_json
-from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.faults import fault_point
+from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.io.files import write_json
 
 VERSION_MANIFEST = "version.json"
 EVALUATION_REPORT = "evaluation.json"

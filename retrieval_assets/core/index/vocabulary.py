@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from itertools import groupby
 from operator import attrgetter
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import pandas as pd
 
@@ -75,7 +75,8 @@ def payload_texts(payloads: Iterable[Payload]) -> Iterator[TermText]:
 
 
 def _keywords(value: object) -> list[str]:
-    return [phrase for keyword in (value if isinstance(value, list) else [value]) if (phrase := " ".join(str(keyword).lower().split()))]
+    keywords = value if isinstance(value, list) else [value]
+    return [phrase for keyword in keywords if (phrase := " ".join(str(keyword).lower().split()))]
 
 
 class _Tallies(NamedTuple):
@@ -101,19 +102,24 @@ def _document_terms(texts: Iterable[TermText]) -> Iterator[tuple[str, dict[str, 
         yield tenant, terms
 
 
+_Key = TypeVar("_Key")
+
+
+def _count(counter: Counter[_Key], seen: Iterable[_Key], sign: int) -> None:
+    if sign > 0:
+        counter.update(seen)
+    else:
+        counter.subtract(seen)
+
+
 def _tally(tallies: _Tallies, texts: Iterable[TermText], sign: int) -> None:
     """Add (``sign`` 1) or remove (-1) each document of ``texts`` to or from the counts."""
     for tenant, terms in _document_terms(texts):
-        held = set().union(*terms.values())
-        for counter, seen in (
-            (tallies.columns["doc_freq"], held),
-            *((tallies.columns[source], terms[source]) for source in SOURCES),
-            (tallies.tenants, {(term, tenant) for term in held}),
-        ):
-            if sign > 0:
-                counter.update(seen)
-            else:
-                counter.subtract(seen)
+        held: set[str] = set().union(*terms.values())
+        _count(tallies.columns["doc_freq"], held, sign)
+        for source in SOURCES:
+            _count(tallies.columns[source], terms[source], sign)
+        _count(tallies.tenants, {(term, tenant) for term in held}, sign)
 
 
 def _counts_frame(tallies: _Tallies) -> pd.DataFrame:
@@ -156,11 +162,11 @@ def update_term_counts(
     is_touched = counts["term"].isin(touched).to_numpy(dtype=bool)
     rows = counts[is_touched]
     tallies = _Tallies(
-        {column: Counter(dict(zip(rows["term"], rows[column].tolist()))) for column in _COUNTED},
+        {column: Counter(dict(zip(rows["term"], rows[column].tolist(), strict=True))) for column in _COUNTED},
         Counter(
             {
                 (term, str(tenant)): int(n)
-                for term, tenants, held in zip(rows["term"], rows["tenants"], rows["tenant_doc_freq"])
+                for term, tenants, held in zip(rows["term"], rows["tenants"], rows["tenant_doc_freq"], strict=True)
                 for tenant, n in zip(tenants, held, strict=True)
             }
         ),

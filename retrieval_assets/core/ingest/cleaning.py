@@ -19,9 +19,10 @@ Field rules per format:
   every retrieval strategy sees them, and kept in ``metadata["keywords"]``.
 
 Metadata is flattened to filterable values: scalars stay (a ``year`` given as a digit
-string becomes an integer, so year ranges work), lists of scalars become ``list[str]``, one-level objects become ``parent.child`` keys and ``null`` values are
-dropped; deeper nesting is ``invalid_metadata``. Keys that would collide with store payload
-fields or with derived keys (``keywords``, ``relations.*``) get a ``meta_`` prefix.
+string becomes an integer, so year ranges work), lists of scalars become ``list[str]``,
+one-level objects become ``parent.child`` keys and ``null`` values are dropped; deeper
+nesting is ``invalid_metadata``. Keys that would collide with store payload fields or with
+derived keys (``keywords``, ``relations.*``) get a ``meta_`` prefix.
 """
 
 from __future__ import annotations
@@ -257,7 +258,12 @@ def _str_list(value: Any, what: str, doc_id: str, *, allow_int: bool = False) ->
 def _metadata_value(key: str, value: Any, doc_id: str) -> MetadataValue | None:
     """A flat metadata value, ``None`` for a null to drop; nested containers are rejected."""
     # ASCII digits only: "²".isdigit() is true but int("²") fails. The int64 check below applies too.
-    if key.rsplit(".", 1)[-1] == "year" and isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+    if (
+        key.rsplit(".", 1)[-1] == "year"
+        and isinstance(value, str)
+        and value.strip().isascii()
+        and value.strip().isdigit()
+    ):
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
         raise RowRejected(QuarantineReason.INVALID_METADATA, f"metadata {key!r} is an integer beyond 64 bits", doc_id)
@@ -373,7 +379,9 @@ def parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: i
         # A "\ud800" escape parses into a lone surrogate that no UTF-8 writer (Parquet) can store.
         json.dumps(record, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise RowRejected(QuarantineReason.INVALID_UTF8, f"unpaired surrogate escape in the record ({exc.reason})") from None
+        raise RowRejected(
+            QuarantineReason.INVALID_UTF8, f"unpaired surrogate escape in the record ({exc.reason})"
+        ) from None
     if not isinstance(record, dict):
         raise RowRejected(QuarantineReason.NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
     return _to_document(_PARSERS[fmt](record, tenant_id), fmt, max_text_chars)
@@ -415,7 +423,9 @@ class CleanedFrame:
 
     def result(self) -> CleaningResult:
         """As Documents, for callers that work on a few of them."""
-        return CleaningResult(documents=frame_to_documents(self.documents), quarantine=self.quarantine, stats=self.stats)
+        return CleaningResult(
+            documents=frame_to_documents(self.documents), quarantine=self.quarantine, stats=self.stats
+        )
 
 
 def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) -> CleanedFrame:
@@ -442,17 +452,18 @@ def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) ->
     first = {}
     if duplicate.any():
         wanted = set(parsed.loc[duplicate, "doc_id"])
-        for position in np.flatnonzero(kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool)):
+        for position in np.flatnonzero(kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool)).tolist():
             first[parsed.at[position, "doc_id"]] = (raw_row(position).line_number, parsed.at[position, "text"])
     quarantine = []
-    for position in np.flatnonzero(~kept):
+    for position in np.flatnonzero(~kept).tolist():
         row, record = raw_row(position), parsed.iloc[position]
         if rejected[position]:
             reason, detail = record["reason"], record["detail"]
         else:
             line, text = first[record["doc_id"]]
             reason = QuarantineReason.DUPLICATE_ID.value
-            detail = f"id already kept from line {line}; text is {'identical' if text == record['text'] else 'different'}"
+            same = "identical" if text == record["text"] else "different"
+            detail = f"id already kept from line {line}; text is {same}"
         quarantine.append(
             QuarantineRecord(
                 source=row.source,

@@ -33,9 +33,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from retrieval_assets.core.faults import INBOX_FAULT_POINT, fault_point
 from retrieval_assets.core.index.versions import IndexVersion, VersionError
 from retrieval_assets.core.ingest.catalog import CatalogFormat
-from retrieval_assets.core.faults import INBOX_FAULT_POINT, fault_point
 from retrieval_assets.core.io.files import write_atomically
 
 INBOX_DIR = "inbox"
@@ -184,7 +184,9 @@ class DocumentInbox:
                     outcome, reason, detail = outcomes[entry.receipt]
                     fields = entry.model_dump()
                     taken.append(
-                        ArchivedEntry(**fields, version=version, taken_at=taken_at, outcome=outcome, reason=reason, detail=detail)
+                        ArchivedEntry(
+                            **fields, version=version, taken_at=taken_at, outcome=outcome, reason=reason, detail=detail
+                        )
                     )
             if taken:
                 _append_lines(self.archive_path, b"".join(e.model_dump_json().encode() + b"\n" for e in taken))
@@ -217,7 +219,9 @@ class DocumentInbox:
                 return []
             archived = [e for _, e in _lines(self.archive_path, ArchivedEntry, needle) if wanted(e)]
             receipts = {e.receipt for e in archived}
-            pending = [e for _, e in _lines(self.pending_path, InboxEntry, needle) if wanted(e) and e.receipt not in receipts]
+            pending = [
+                e for _, e in _lines(self.pending_path, InboxEntry, needle) if wanted(e) and e.receipt not in receipts
+            ]
             return [*archived, *pending]
 
     def _pending(self) -> list[InboxEntry]:

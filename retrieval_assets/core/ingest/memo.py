@@ -43,7 +43,9 @@ class ParsedRows:
 
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / PARSED_FILE
-        previous = pd.read_parquet(self.path) if self.path.is_file() else empty_frame({**PARSE_COLUMNS, "key": "string"})
+        previous = (
+            pd.read_parquet(self.path) if self.path.is_file() else empty_frame({**PARSE_COLUMNS, "key": "string"})
+        )
         # Keys as objects: pandas' isin on Arrow strings loops in Python over the values.
         self._previous = previous.set_index(previous["key"].astype(object)).drop(columns="key")
         self._seen: list[pd.DataFrame] = []

@@ -11,12 +11,13 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.ingest.catalog import (
+    CatalogFormat,
     CatalogSource,
     RawRow,
     catalog_file,
@@ -96,14 +97,14 @@ class CleanedCatalogs:
     tombstones: int = 0
 
 
-def _clean_source(raw: pd.DataFrame, source: CatalogSource, memo: ParsedRows | None) -> CleanedFrame:
+def _clean_source(raw: pd.DataFrame, fmt: CatalogFormat, tenant_id: str, memo: ParsedRows | None) -> CleanedFrame:
     """A catalog (not the inbox) source's rows cleaned with its format and tenant; with a
     ``memo``, rows parsed by the last build are not parsed again."""
     limit = DEFAULT_MAX_TEXT_CHARS
     if memo is None:
-        parsed = parse_rows(frame_to_raw_rows(raw), source.format, source.tenant_id, limit)
+        parsed = parse_rows(frame_to_raw_rows(raw), fmt, tenant_id, limit)
     else:
-        parsed = memo.parse(raw, source.format, source.tenant_id, limit)
+        parsed = memo.parse(raw, fmt, tenant_id, limit)
     return clean_parsed(raw, parsed)
 
 
@@ -113,7 +114,7 @@ def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
     if source.format == "inbox":
         applied = apply_inbox(documents_to_frame([]), frame_to_raw_rows(raw))
         return CleanedFrame(applied.documents, applied.quarantine, applied.stats).result()
-    return _clean_source(raw, source, None).result()
+    return _clean_source(raw, source.format, source.tenant_id, None).result()
 
 
 def clean_catalogs(
@@ -127,7 +128,7 @@ def clean_catalogs(
         if source.format == "inbox":
             inbox_rows.append(rows)
         else:
-            results.append(_clean_source(rows, source, memo))
+            results.append(_clean_source(rows, source.format, source.tenant_id, memo))
     if memo is not None:
         memo.save()
     claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
@@ -195,7 +196,8 @@ def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatal
             receipt(entry, InboxOutcome.DELETED)
             continue
         record_row = RawRow(source=row.source, line_number=row.line_number, raw=json.dumps(entry.record))
-        cleaned = clean_rows([record_row], entry.format, entry.tenant_id)
+        # An upsert always has its format (InboxEntry's validator).
+        cleaned = clean_rows([record_row], cast(CatalogFormat, entry.format), entry.tenant_id)
         rejection = cleaned.quarantine[0] if cleaned.quarantine else None
         if rejection is None:
             doc = cleaned.documents[0]

@@ -149,14 +149,22 @@ class ContextTokenSettings(BaseModel):
     # validate_default: the default tables go through the same normalisation as given ones.
     model_config = ConfigDict(frozen=True, validate_default=True)
 
-    # Extension (with its dot; compound ones like ".nii.gz" allowed) -> tokens.
-    extensions: dict[str, list[str]] = Field(default_factory=_default_extensions)
-    # Field -> value -> tokens, for values that imply more than their own name.
-    metadata_values: dict[str, dict[str, list[str]]] = Field(default_factory=_default_metadata_values)
-    # Fields whose values become format:VALUE directly.
-    token_fields: list[str] = Field(default_factory=lambda: ["formats", "format", "modality", "data_formats"])
-    # Normalised value -> canonical normalised value, applied to token_fields values.
-    aliases: dict[str, str] = Field(default_factory=_default_aliases)
+    extensions: dict[str, list[str]] = Field(
+        default_factory=_default_extensions,
+        description='File extension (with its dot; compound ones like ".nii.gz" allowed) -> tokens.',
+    )
+    metadata_values: dict[str, dict[str, list[str]]] = Field(
+        default_factory=_default_metadata_values,
+        description="Field -> value -> tokens, for values that imply more than their own name.",
+    )
+    token_fields: list[str] = Field(
+        default_factory=lambda: ["formats", "format", "modality", "data_formats"],
+        description="Fields whose values become format:VALUE directly.",
+    )
+    aliases: dict[str, str] = Field(
+        default_factory=_default_aliases,
+        description="Normalised value -> canonical normalised value, applied to token_fields values.",
+    )
 
     @field_validator("extensions")
     @classmethod
@@ -192,10 +200,14 @@ class ContextTokenSettings(BaseModel):
         return checked
 
 
+# The defaults, built once (the model is frozen, so sharing one instance is safe).
+_DEFAULT_SETTINGS = ContextTokenSettings()
+
+
 def query_context_tokens(
     file_names: Sequence[str] = (),
     metadata: Mapping[str, Any] | None = None,
-    settings: ContextTokenSettings = ContextTokenSettings(),
+    settings: ContextTokenSettings = _DEFAULT_SETTINGS,
 ) -> list[str]:
     """Tokens for the lexical query from the files and metadata an application attached."""
     tokens = {token for name in file_names for token in extension_tokens(name, settings)}
@@ -204,7 +216,7 @@ def query_context_tokens(
 
 
 def record_context_tokens(
-    metadata: Mapping[str, Any], settings: ContextTokenSettings = ContextTokenSettings()
+    metadata: Mapping[str, Any], settings: ContextTokenSettings = _DEFAULT_SETTINGS
 ) -> list[str]:
     """Tokens a catalog record indexes from its metadata (the same rules as the query side)."""
     tokens: set[str] = set()
@@ -220,7 +232,7 @@ def record_context_tokens(
     return sorted(tokens)
 
 
-def extension_tokens(file_name: str, settings: ContextTokenSettings = ContextTokenSettings()) -> list[str]:
+def extension_tokens(file_name: str, settings: ContextTokenSettings = _DEFAULT_SETTINGS) -> list[str]:
     """The tokens of a file name's extension (longest known extension wins), or [] if unknown."""
     name = re.split(r"[/\\]", file_name.strip().lower())[-1]
     while "." in name:

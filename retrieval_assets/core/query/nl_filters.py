@@ -65,6 +65,10 @@ class NLFilterSettings(BaseModel):
     known_venues: frozenset[str] = frozenset()
 
 
+# The defaults, built once (the model is frozen, so sharing one instance is safe).
+_DEFAULT_SETTINGS = NLFilterSettings()
+
+
 class ParsedQuery(BaseModel):
     query: str
     filters: dict[str, Any] = Field(default_factory=dict)
@@ -79,7 +83,7 @@ _RIGHT = r"(?![\w/\-\u2010-\u2014]|[.,:]\d)"
 _WORD_START = r"(?<![\w\-])"
 _FLAGS = re.IGNORECASE
 
-_NUMBER_WORDS = dict(zip("one two three four five six seven eight nine ten".split(), range(1, 11)))
+_NUMBER_WORDS = dict(zip("one two three four five six seven eight nine ten".split(), range(1, 11), strict=True))
 _COUNT = rf"([1-9]\d?|{'|'.join(_NUMBER_WORDS)})"
 _RELATIVE = re.compile(
     _WORD_START + rf"(?:in|over|during|within)\s+the\s+(?:last|past)\s+(?:{_COUNT}\s+years?|year)(?!\w)", _FLAGS
@@ -118,7 +122,7 @@ _MAX_NAME_TOKENS = 5
 
 
 def parse_nl_filters(
-    query: str, settings: NLFilterSettings = NLFilterSettings(), *, today: date | None = None
+    query: str, settings: NLFilterSettings = _DEFAULT_SETTINGS, *, today: date | None = None
 ) -> ParsedQuery:
     """Split ``query`` into a semantic query and a filter spec for ``parse_filters()``."""
     spans = _Spans(query)

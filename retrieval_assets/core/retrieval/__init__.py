@@ -1,1 +1,1 @@
-"""Retrieval: the hybrid query pipeline, fusion, expansion, multi-query, rerank; opening versions for search."""
+"""Retrieval: the hybrid query pipeline and its stages, and the search service over index versions."""

@@ -12,15 +12,19 @@ Weights default to 1 for every strategy.
 * ``similarity_rrf``: ``w * avg_similarity + (1 - w) * normalized_rrf``, where
   ``avg_similarity`` is the weighted mean of min-max normalised scores and ``normalized_rrf``
   the RRF score divided by the best RRF score, so both terms lie in [0, 1].
+
+``document_rankings`` and ``fuse_rankings`` are the retriever's first-stage fusion over store
+hits; the configuration tuner replays them over hits it searched once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from retrieval_assets.core.models import FusionMethod
+from retrieval_assets.core.models import FusionMethod, StoreHit
+from retrieval_assets.core.settings import FusionSettings
 
 # The normalisations of the weighted-sum methods.
 _NORMALISED = (FusionMethod.MINMAX, FusionMethod.ZSCORE)
@@ -54,7 +58,7 @@ def reciprocal_rank_fusion(
     return _ranked(fused)
 
 
-def min_max(values: Sequence[float]) -> np.ndarray:
+def min_max(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """``values`` scaled to [0, 1]; one value, or all equal: every one is as good as the best."""
     array = np.asarray(values, dtype=float)
     low, spread = array.min(), array.max() - array.min()
@@ -100,7 +104,8 @@ def similarity_rrf_fusion(
     """``w * avg_similarity + (1 - w) * normalized_rrf`` (see the module notes)."""
     if not 0.0 <= similarity_weight <= 1.0:
         raise ValueError(f"similarity weight must be in [0, 1], got {similarity_weight}")
-    rrf = dict(reciprocal_rank_fusion({s: [key for key, _ in scored] for s, scored in per_strategy.items()}, k, weights))
+    rankings = {s: [key for key, _ in scored] for s, scored in per_strategy.items()}
+    rrf = dict(reciprocal_rank_fusion(rankings, k, weights))
     if not rrf:
         return []
     best_rrf = max(rrf.values())
@@ -123,7 +128,8 @@ def fuse(
 ) -> list[tuple[str, float]]:
     """One entry point for every fusion method, as configured in ``FusionSettings``."""
     if method == FusionMethod.RRF:
-        return reciprocal_rank_fusion({s: [key for key, _ in scored] for s, scored in per_strategy.items()}, rrf_k, weights)
+        rankings = {s: [key for key, _ in scored] for s, scored in per_strategy.items()}
+        return reciprocal_rank_fusion(rankings, rrf_k, weights)
     if method in _NORMALISED:
         return normalized_score_fusion(per_strategy, method, weights)
     if method == FusionMethod.SIMILARITY_RRF:
@@ -139,3 +145,33 @@ def blend_scores(first: Sequence[float], second: Sequence[float], weight: float)
     if not first:
         return []
     return ((1 - weight) * min_max(first) + weight * min_max(second)).tolist()
+
+
+def document_rankings(
+    per_strategy: Mapping[str, Sequence[StoreHit]], key: Callable[[StoreHit], str], excluded: set[str]
+) -> dict[str, list[tuple[str, StoreHit]]]:
+    """Each strategy's hits (best first) as a ranking of keys, each key's best hit once, without
+    excluded documents or chunks."""
+    rankings = {}
+    for name, hits in per_strategy.items():
+        ranking: list[tuple[str, StoreHit]] = []
+        seen: set[str] = set()
+        for hit in hits:
+            item = key(hit)
+            if item in seen or hit.doc_id in excluded or hit.chunk_id in excluded:
+                continue
+            seen.add(item)
+            ranking.append((item, hit))
+        rankings[name] = ranking
+    return rankings
+
+
+def fuse_rankings(
+    scored: Mapping[str, Sequence[tuple[str, float]]], method: FusionMethod, settings: FusionSettings
+) -> list[tuple[str, float]]:
+    """The first stage's fusion of per-strategy rankings: one strategy keeps its own scores."""
+    if len(scored) == 1:
+        return list(next(iter(scored.values())))
+    return fuse(
+        scored, method, rrf_k=settings.rrf_k, weights=settings.weights, similarity_weight=settings.similarity_weight
+    )

@@ -9,7 +9,7 @@ reformulations still run and the error is reported in the diagnostics.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 import httpx
@@ -34,7 +34,7 @@ def feedback_terms(
     over the documents, times idf; terms of the query and terms seen in fewer than two
     documents of the collection (typos, ids) are skipped."""
     query_terms = set(words(query))
-    weights: Counter[str] = Counter()
+    weights: defaultdict[str, float] = defaultdict(float)
     for text in feedback_texts:
         counts = Counter(words(text))
         length = sum(counts.values()) or 1

@@ -22,98 +22,37 @@ import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
-from retrieval_assets.core.stores.filters import MetadataFilter, parse_filters
-from retrieval_assets.core.stores.remote import strongest_terms
-from retrieval_assets.core.index.graph import ToolGraph
-from retrieval_assets.core.models import (
-    FusionMethod,
-    RetrievalResult,
-    ScoredHit,
-    SearchRequest,
-    StoreHit,
-    Strategy,
-    StrategyScore,
-)
+from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit, Strategy
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, query_context_tokens
 from retrieval_assets.core.query.control_tags import parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
-from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.expansion import VocabularyIndex
-from retrieval_assets.core.retrieval.fusion import blend_scores, fuse, min_max, reciprocal_rank_fusion
+from retrieval_assets.core.retrieval.fusion import (
+    blend_scores,
+    document_rankings,
+    fuse_rankings,
+    reciprocal_rank_fusion,
+)
+from retrieval_assets.core.retrieval.graph_expansion import ToolGraph, expand_candidates
 from retrieval_assets.core.retrieval.multi_query import LLMReformulator, feedback_terms
-from retrieval_assets.core.settings import FusionSettings, RetrievalSettings
-from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS, DenseStore, LexicalStore, SparseStore
+from retrieval_assets.core.retrieval.plan import Candidate, SearchPlan, SearchTrace, tenant_scope
+from retrieval_assets.core.retrieval.rerank.base import Reranker
+from retrieval_assets.core.retrieval.strategies import ENCODE_NOTE, Done, strategy_searches, timed
+from retrieval_assets.core.settings import RetrievalSettings
+from retrieval_assets.core.stores.base import DenseStore, LexicalStore, SparseStore
+from retrieval_assets.core.stores.filters import MetadataFilter, parse_filters
 
 logger = logging.getLogger(__name__)
 
 
-class TenantScopeError(ValueError):
-    """A request names a tenant its caller may not see (or is granted none)."""
-
-
-# (query, depth, filters, expansion terms, tag terms, notes for the diagnostics) -> hits, best first
-Searcher = Callable[[str, int, list[MetadataFilter], Mapping[str, float], Sequence[str], dict[str, Any]], list[StoreHit]]
 # A token that may be a document id: explicit "doc:"/"id:" or letters/punctuation mixed with digits.
 _ID_PREFIX = re.compile(r"^(?:doc|id):(?P<id>\S+)$", re.IGNORECASE)
 _ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[^\d]).+$")
-ENCODE_NOTE = "_encode"  # a strategy's note of its query encoding, moved to timings and diagnostics
-
-
-@dataclass
-class _Trace:
-    """What one search did: timings and diagnostics, filled in stage by stage."""
-
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed = (time.perf_counter() - started) * 1000
-            self.timings_ms[f"{name}_ms"] = self.timings_ms.get(f"{name}_ms", 0.0) + elapsed
-
-
-@dataclass
-class _Plan:
-    """Everything fixed for one request once the query is understood."""
-
-    query: str
-    depth: int
-    filters: list[MetadataFilter]
-    tag_terms: list[str]
-    excluded: set[str]
-    strategies: list[Strategy]
-    fusion: FusionMethod
-    trace: _Trace
-    # The tenants whose documents (and terms) the request may see; None: every tenant.
-    tenants: frozenset[str] | None = None
-    # Strategy results already computed for this request: retries re-run BM25 only.
-    cache: dict[tuple[str, str], list[StoreHit]] = field(default_factory=dict)
-    # The LLM's paraphrases do not change between retries: asked for once per request.
-    llm_reformulations: list[str] | None = None
-
-
-@dataclass
-class _Candidate:
-    """One fused document (or chunk) with the hit that represents it and its provenance."""
-
-    key: str
-    hit: StoreHit
-    score: float
-    # strategy -> (score, rank); models are built only for the hits a search returns.
-    strategy_scores: dict[str, tuple[float, int]]
-    first_stage_rank: int | None = None
-    graph_path: list[str] | None = None
 
 
 class HybridRetriever:
@@ -149,31 +88,18 @@ class HybridRetriever:
         self._filterable_fields = filterable_fields
         # One Qdrant store may serve both dense and sparse search: close each store once.
         self._stores = list({id(s): s for s in (dense_store, sparse_store, lexical_store) if s is not None}.values())
-        self._searchers: dict[Strategy, Searcher] = {}
-        if lexical_store is not None:
-            self._searchers[Strategy.BM25] = lambda q, k, f, expansion, tags, _n: lexical_store.search_text(
-                q, k, f, expansion_terms=expansion, tag_terms=tags
-            )
-        if sparse_store is not None and sparse_encoder is not None:
-
-            def search_splade(q: str, k: int, f: list[MetadataFilter], _e: Any, _t: Any, notes: dict) -> list[StoreHit]:
-                # An engine with a clause limit gets the query's heaviest terms; the cut is reported.
-                encoded = _encode_timed(sparse_encoder.encode_queries, q, notes)
-                vector, cut = strongest_terms(encoded, sparse_store.max_query_terms)
-                if cut:
-                    notes["splade_query_terms"] = cut
-                return sparse_store.search_sparse(vector, k, f)
-
-            self._searchers[Strategy.SPLADE] = search_splade
-        if dense_store is not None and dense_encoder is not None:
-            self._searchers[Strategy.DENSE] = lambda q, k, f, _e, _t, notes: dense_store.search_dense(
-                _encode_timed(dense_encoder.encode_queries, q, notes), k, f
-            )
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searchers)), thread_name_prefix="retrieve")
+        self._searches = strategy_searches(
+            lexical_store=lexical_store,
+            sparse_store=sparse_store,
+            sparse_encoder=sparse_encoder,
+            dense_store=dense_store,
+            dense_encoder=dense_encoder,
+        )
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searches)), thread_name_prefix="retrieve")
 
     @property
     def available_strategies(self) -> list[Strategy]:
-        return list(self._searchers)
+        return list(self._searches)
 
     def search(
         self,
@@ -195,14 +121,21 @@ class HybridRetriever:
         )
 
     def run(self, request: SearchRequest) -> RetrievalResult:
-        trace = _Trace()
+        trace = SearchTrace()
         started = time.perf_counter()
         plan, tags = self._plan(request, trace)
         wanted = plan.strategies
         candidates = self._retrieve_with_retries(plan, request)
         if self.settings.graph.enabled and self._graph is not None and self._lexical is not None:
             with trace.stage("graph"):
-                candidates = self._expand_graph(candidates, plan)
+                candidates = expand_candidates(
+                    candidates,
+                    plan,
+                    self._graph,
+                    self._lexical,
+                    self.settings.graph,
+                    collapse_chunks=self.settings.collapse_chunks,
+                )
         use_rerank = (self.settings.rerank.enabled if request.rerank is None else request.rerank) and not tags.no_rerank
         reranked = False
         if use_rerank and candidates:
@@ -215,7 +148,7 @@ class HybridRetriever:
         logger.info("query %r: %s", request.query, trace.diagnostics)
         return RetrievalResult(
             query=request.query,
-            hits=[_to_scored_hit(c) for c in candidates[: request.top_k]],
+            hits=[c.scored_hit() for c in candidates[: request.top_k]],
             strategies=wanted,
             fusion=plan.fusion if len(wanted) > 1 else "none",
             reranked=reranked,
@@ -236,26 +169,28 @@ class HybridRetriever:
         view._reranker = reranker or self._reranker
         return view
 
-    def strategy_hits(self, request: SearchRequest) -> tuple[dict[str, list[StoreHit]], Callable[[StoreHit], str], set[str]]:
+    def strategy_hits(
+        self, request: SearchRequest
+    ) -> tuple[dict[str, list[StoreHit]], Callable[[StoreHit], str], set[str]]:
         """What the first stage would fuse for ``request``, before fusion: each strategy's hits
         (``request.top_k`` deep, best first), the key hits collapse on, and the excluded ids.
         ``document_rankings`` over a prefix of these lists is exactly what a search with that
         candidate depth fuses, so a tuner can replay fusion settings without searching again."""
-        plan, _ = self._plan(request, _Trace())
+        plan, _ = self._plan(request, SearchTrace())
         plan.depth = request.top_k + len(plan.excluded)
         expand = self.settings.expansion.enabled if request.expand is None else request.expand
         terms = self._expansion_terms(plan.query, 1 if expand else 0, plan.tenants)
         return self._search_strategies(plan, plan.query, terms), self._collapse_key, plan.excluded
 
-    def _plan(self, request: SearchRequest, trace: _Trace) -> tuple[_Plan, Any]:
+    def _plan(self, request: SearchRequest, trace: SearchTrace) -> tuple[SearchPlan, Any]:
         """Parse the query (tags, filters, tenant, more-like-this, context tokens) into a plan."""
         if not request.query or not request.query.strip():
             raise ValueError("query must be a non-empty string")
         wanted = list(request.strategies or self.settings.strategies)
-        missing = [s for s in wanted if s not in self._searchers]
+        missing = [s for s in wanted if s not in self._searches]
         if missing:
             raise ValueError(
-                f"strategies {', '.join(missing)} are not available; this index serves {', '.join(self._searchers)}"
+                f"strategies {', '.join(missing)} are not available; this index serves {', '.join(self._searches)}"
             )
         with trace.stage("parse"):
             tags = parse_control_tags(request.query)
@@ -271,7 +206,7 @@ class HybridRetriever:
             filters=[f.model_dump(exclude_none=True) for f in filters],
         )
 
-        plan = _Plan(
+        plan = SearchPlan(
             query=semantic,
             depth=max(request.top_k, self.settings.candidates_per_strategy) + len(excluded),
             filters=filters,
@@ -287,7 +222,7 @@ class HybridRetriever:
     # -- query understanding --------------------------------------------------------------------
 
     def _structured_query(
-        self, query: str, request: SearchRequest, tenants: frozenset[str] | None, trace: _Trace
+        self, query: str, request: SearchRequest, tenants: frozenset[str] | None, trace: SearchTrace
     ) -> tuple[str, list[MetadataFilter]]:
         """The semantic query left after NL filter phrases, and every filter that applies."""
         filters = parse_filters(request.filters)
@@ -296,7 +231,9 @@ class HybridRetriever:
         if not self.settings.natural_language_filters:
             return query, filters
         parsed = parse_nl_filters(query, self._nl_settings)
-        unsupported = sorted(set(parsed.filters) - self._filterable_fields) if self._filterable_fields is not None else []
+        unsupported = (
+            sorted(set(parsed.filters) - self._filterable_fields) if self._filterable_fields is not None else []
+        )
         if unsupported:
             # "in 2010" in a corpus without years is plain text: keep the whole query as typed.
             trace.diagnostics["nl_filters_ignored"] = {"phrases": parsed.phrases, "fields_not_in_index": unsupported}
@@ -306,7 +243,7 @@ class HybridRetriever:
             raise ValueError(f"nothing is left to search in {query!r} once the filter phrases are taken out")
         return parsed.query, filters + parse_filters(parsed.filters)
 
-    def _more_like_this(self, query: str, filters: list[MetadataFilter], excluded: set[str], trace: _Trace) -> str:
+    def _more_like_this(self, query: str, filters: list[MetadataFilter], excluded: set[str], trace: SearchTrace) -> str:
         """When the query is, or names, a document id, search with that document's title and text
         (plus the query's other words); the document itself is left out of the results."""
         if not self.settings.more_like_this or self._lexical is None:
@@ -326,7 +263,7 @@ class HybridRetriever:
 
     # -- first stage ----------------------------------------------------------------------------
 
-    def _retrieve_with_retries(self, plan: _Plan, request: SearchRequest) -> list[_Candidate]:
+    def _retrieve_with_retries(self, plan: SearchPlan, request: SearchRequest) -> list[Candidate]:
         """First-stage candidates; with few results, retry with broader vocabulary expansion."""
         expansion = self.settings.expansion
         expand = expansion.enabled if request.expand is None else request.expand
@@ -363,7 +300,9 @@ class HybridRetriever:
             tenants=tenants,
         )
 
-    def _first_stage(self, plan: _Plan, expansion_terms: dict[str, float], request: SearchRequest) -> list[_Candidate]:
+    def _first_stage(
+        self, plan: SearchPlan, expansion_terms: dict[str, float], request: SearchRequest
+    ) -> list[Candidate]:
         """The query, plus its reformulations fused by RRF when multi-query is on."""
         fused = self._search_and_fuse(plan, plan.query, expansion_terms)
         multi = self.settings.multi_query
@@ -374,7 +313,7 @@ class HybridRetriever:
         runs = {"original": fused}
         for label, text, terms in variants:
             runs[label] = self._search_and_fuse(plan, text, terms)
-        by_key: dict[str, _Candidate] = {}
+        by_key: dict[str, Candidate] = {}
         for run in runs.values():
             for candidate in run:
                 by_key.setdefault(candidate.key, candidate)
@@ -382,23 +321,28 @@ class HybridRetriever:
             {label: [c.key for c in run] for label, run in runs.items()}, k=self.settings.fusion.rrf_k
         )
         plan.trace.diagnostics["multi_query"] = {
-            "reformulations": [{"label": label, "query": text, "expansion_terms": terms} for label, text, terms in variants],
+            "reformulations": [
+                {"label": label, "query": text, "expansion_terms": terms} for label, text, terms in variants
+            ],
             "candidates": {label: len(run) for label, run in runs.items()},
         }
-        return [_rescored(by_key[key], score) for key, score in aggregated]
+        return [by_key[key].rescored(score) for key, score in aggregated]
 
-    def _reformulations(self, plan: _Plan, first_pass: list[_Candidate]) -> list[tuple[str, str, dict[str, float]]]:
+    def _reformulations(self, plan: SearchPlan, first_pass: list[Candidate]) -> list[tuple[str, str, dict[str, float]]]:
         """(label, text, lexical expansion terms) of each reformulation."""
         query = plan.query
         multi = self.settings.multi_query
         variants: list[tuple[str, str, dict[str, float]]] = []
         if multi.pseudo_relevance_feedback and self._vocabulary is not None and first_pass:
-            texts = [f"{c.hit.payload.get('title', '')} {c.hit.payload.get('text', '')}" for c in first_pass[: multi.feedback_docs]]
-            terms = feedback_terms(
+            texts = [
+                f"{c.hit.payload.get('title', '')} {c.hit.payload.get('text', '')}"
+                for c in first_pass[: multi.feedback_docs]
+            ]
+            feedback = feedback_terms(
                 query, texts, self._vocabulary.doc_freq, max(self._lexical_count(), 1), multi.feedback_terms
             )
-            if terms:
-                variants.append(("prf", f"{query} {' '.join(terms)}", {}))
+            if feedback:
+                variants.append(("prf", f"{query} {' '.join(feedback)}", {}))
         if multi.vocabulary_expansion:
             terms = self._expansion_terms(query, 1, plan.tenants)
             if terms:
@@ -417,7 +361,7 @@ class HybridRetriever:
     def _lexical_count(self) -> int:
         return self._lexical.count() if self._lexical is not None else 0
 
-    def _search_and_fuse(self, plan: _Plan, query: str, expansion_terms: dict[str, float]) -> list[_Candidate]:
+    def _search_and_fuse(self, plan: SearchPlan, query: str, expansion_terms: dict[str, float]) -> list[Candidate]:
         per_strategy = self._search_strategies(plan, query, expansion_terms)
         with plan.trace.stage("fusion"):
             candidates = self._fuse(per_strategy, plan)
@@ -425,11 +369,11 @@ class HybridRetriever:
         return candidates
 
     def _search_strategies(
-        self, plan: _Plan, query: str, expansion_terms: dict[str, float]
+        self, plan: SearchPlan, query: str, expansion_terms: dict[str, float]
     ) -> dict[str, list[StoreHit]]:
         """Run the strategies in parallel, reusing what this request already ran. The last one runs
         in the calling thread, which would otherwise only wait: one thread hand-off less per search."""
-        pending = []
+        pending: list[tuple[Strategy, tuple[Strategy, str], dict[str, Any]]] = []
         per_strategy: dict[str, list[StoreHit]] = {}
         for name in plan.strategies:
             # Expansion and tags change only BM25: the other strategies' results are reused on retries.
@@ -439,10 +383,12 @@ class HybridRetriever:
             else:
                 pending.append((name, cache_key, {}))
         args = (query, plan.depth, plan.filters, expansion_terms, plan.tag_terms)
-        futures = [self._pool.submit(_timed, self._searchers[name], *args, notes) for name, _, notes in pending[:-1]]
+        futures: list[Future[tuple[list[StoreHit], float]] | Done] = [
+            self._pool.submit(timed, self._searches[name], *args, notes) for name, _, notes in pending[:-1]
+        ]
         if pending:
             name, _, notes = pending[-1]
-            futures.append(_Done(_timed(self._searchers[name], *args, notes)))
+            futures.append(Done(timed(self._searches[name], *args, notes)))
         timings = plan.trace.timings_ms
         for (name, cache_key, notes), future in zip(pending, futures, strict=True):
             hits, elapsed = future.result()
@@ -461,7 +407,7 @@ class HybridRetriever:
         """One hit per document, or per chunk when chunks are not collapsed."""
         return (lambda h: h.doc_id) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
 
-    def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], plan: _Plan) -> list[_Candidate]:
+    def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], plan: SearchPlan) -> list[Candidate]:
         rankings = document_rankings(per_strategy, self._collapse_key, plan.excluded)
         provenance: dict[str, dict[str, tuple[float, int]]] = {}
         best_hit: dict[str, tuple[int, StoreHit]] = {}
@@ -472,45 +418,11 @@ class HybridRetriever:
                     best_hit[item] = (rank, hit)
         scored = {name: [(item, hit.score) for item, hit in ranking] for name, ranking in rankings.items()}
         fused = fuse_rankings(scored, plan.fusion, self.settings.fusion)
-        return [_Candidate(item, best_hit[item][1], score, provenance[item]) for item, score in fused]
+        return [Candidate(item, best_hit[item][1], score, provenance[item]) for item, score in fused]
 
     # -- graph and rerank -----------------------------------------------------------------------
 
-    def _expand_graph(self, candidates: list[_Candidate], plan: _Plan) -> list[_Candidate]:
-        """Add related tools from a bounded graph walk; they obey the same filters and exclusions.
-        Seeds are in scope already, and a walk stays within its seed's tenant."""
-        assert self._graph is not None and self._lexical is not None
-        graph = self.settings.graph
-        if not candidates:
-            return candidates
-        # Fused scores may be negative (z-score, cosine): walk from [0, 1] scores, same order.
-        scaled = min_max([c.score for c in candidates]).tolist()
-        normalised = {c.key: value for c, value in zip(candidates, scaled, strict=True)}
-        seeds = [(c.hit.doc_id, normalised[c.key]) for c in candidates[: graph.seeds]]
-        present = {c.hit.doc_id for c in candidates}
-        found = self._graph.expand(
-            seeds, tenant_id=_only(plan.tenants), max_depth=graph.max_depth, max_nodes=graph.max_nodes, decay=graph.decay
-        )
-        found = [g for g in found if g.doc_id not in present and g.doc_id not in plan.excluded]
-        fetched = self._lexical.fetch_documents([g.doc_id for g in found], plan.filters)
-        payloads = {hit.doc_id: hit for hit in fetched}
-        added = [
-            _Candidate(
-                key=g.doc_id if self.settings.collapse_chunks else payloads[g.doc_id].chunk_id,
-                hit=payloads[g.doc_id],
-                score=g.score,
-                strategy_scores={"graph": (g.score, rank)},
-                graph_path=list(g.path),
-            )
-            for rank, g in enumerate((g for g in found if g.doc_id in payloads), start=1)
-        ]
-        plan.trace.diagnostics["graph"] = {"seeds": [s for s, _ in seeds], "added": [c.key for c in added]}
-        if not added:
-            return candidates
-        plan.trace.diagnostics["graph"]["scores"] = "min-max normalised so graph hits share the scale"
-        return sorted([_rescored(c, normalised[c.key]) for c in candidates] + added, key=lambda c: -c.score)
-
-    def _rerank(self, query: str, candidates: list[_Candidate], trace: _Trace) -> list[_Candidate]:
+    def _rerank(self, query: str, candidates: list[Candidate], trace: SearchTrace) -> list[Candidate]:
         """Cross-encoder scores for the head of the list; its best ``output`` lead, the rest keep their order."""
         assert self._reranker is not None
         rerank = self.settings.rerank
@@ -526,15 +438,16 @@ class HybridRetriever:
             candidate.strategy_scores["rerank"] = (candidate.strategy_scores["rerank"][0], rank)
         if rerank.blend_weight is not None:
             blended = blend_scores([c.score for c in head], scores, rerank.blend_weight)
-            order = [_rescored(c, b) for c, b in sorted(zip(head, blended, strict=True), key=lambda cb: -cb[1])]
+            order = [c.rescored(b) for c, b in sorted(zip(head, blended, strict=True), key=lambda cb: -cb[1])]
         elif rerank.fuse_with_first_stage:
             fused = reciprocal_rank_fusion(
-                {"first_stage": [c.key for c in head], "rerank": [c.key for c in by_rerank]}, k=self.settings.fusion.rrf_k
+                {"first_stage": [c.key for c in head], "rerank": [c.key for c in by_rerank]},
+                k=self.settings.fusion.rrf_k,
             )
             by_key = {c.key: c for c in head}
-            order = [_rescored(by_key[key], score) for key, score in fused]
+            order = [by_key[key].rescored(score) for key, score in fused]
         else:
-            order = [_rescored(c, c.strategy_scores["rerank"][0]) for c in by_rerank]
+            order = [c.rescored(c.strategy_scores["rerank"][0]) for c in by_rerank]
         leading = order[: rerank.output]
         lead_keys = {c.key for c in leading}
         rest = [c for c in candidates if c.key not in lead_keys]
@@ -553,7 +466,9 @@ class HybridRetriever:
                 for i, c in enumerate(leading, start=1)
             ],
             "mean_abs_rank_change": round(
-                sum(abs((c.first_stage_rank or i) - i) for i, c in enumerate(leading, start=1)) / max(len(leading), 1), 3
+                sum(abs((c.first_stage_rank or i) - i) for i, c in enumerate(leading, start=1))
+                / max(len(leading), 1),
+                3,
             ),
         }
         return leading + rest
@@ -572,52 +487,6 @@ class HybridRetriever:
             store.close()
 
 
-def document_rankings(
-    per_strategy: Mapping[str, Sequence[StoreHit]], key: Callable[[StoreHit], str], excluded: set[str]
-) -> dict[str, list[tuple[str, StoreHit]]]:
-    """Each strategy's hits (best first) as a ranking of keys, each key's best hit once, without
-    excluded documents or chunks."""
-    rankings = {}
-    for name, hits in per_strategy.items():
-        ranking: list[tuple[str, StoreHit]] = []
-        seen: set[str] = set()
-        for hit in hits:
-            item = key(hit)
-            if item in seen or hit.doc_id in excluded or hit.chunk_id in excluded:
-                continue
-            seen.add(item)
-            ranking.append((item, hit))
-        rankings[name] = ranking
-    return rankings
-
-
-def fuse_rankings(
-    scored: Mapping[str, Sequence[tuple[str, float]]], method: FusionMethod, settings: FusionSettings
-) -> list[tuple[str, float]]:
-    """The first stage's fusion of per-strategy rankings: one strategy keeps its own scores."""
-    if len(scored) == 1:
-        return list(next(iter(scored.values())))
-    return fuse(scored, method, rrf_k=settings.rrf_k, weights=settings.weights, similarity_weight=settings.similarity_weight)
-
-
-def tenant_scope(request: SearchRequest) -> frozenset[str] | None:
-    """The tenants a request may see: its tenant, within its grant (``tenants``); None when it
-    names neither. A tenant outside the grant is an error, not an empty result."""
-    if request.tenants is None:
-        return None if request.tenant_id is None else frozenset([request.tenant_id])
-    if not request.tenants:
-        raise TenantScopeError("the caller is granted no tenant")
-    if request.tenant_id is None:
-        return frozenset(request.tenants)
-    if request.tenant_id not in request.tenants:
-        raise TenantScopeError(f"tenant {request.tenant_id!r} is not among the caller's tenants")
-    return frozenset([request.tenant_id])
-
-
-def _only(tenants: frozenset[str] | None) -> str | None:
-    return next(iter(tenants)) if tenants is not None and len(tenants) == 1 else None
-
-
 def _mentioned_id(token: str) -> str | None:
     """The document id a query token may name: ``doc:X`` / ``id:X``, or a token mixing digits with
     other characters (``P19-1001``); plain numbers and words are ordinary query text."""
@@ -626,53 +495,3 @@ def _mentioned_id(token: str) -> str | None:
     if prefixed:
         return prefixed.group("id")
     return stripped if _ID_LIKE.match(stripped) else None
-
-
-def _encode_timed(encode: Callable[[list[str]], Any], query: str, notes: dict[str, Any]) -> Any:
-    """``encode([query])[0]``, noting its wall time and the calling thread's CPU in ms (exact for
-    the single-threaded ONNX query session; an encoder's own worker threads are not counted)."""
-    started, started_cpu = time.perf_counter(), time.thread_time()
-    vector = encode([query])[0]
-    notes[ENCODE_NOTE] = ((time.perf_counter() - started) * 1000, (time.thread_time() - started_cpu) * 1000)
-    return vector
-
-
-@dataclass(frozen=True)
-class _Done:
-    """A result computed in the calling thread, read like a pool future's."""
-
-    value: tuple[list[StoreHit], float]
-
-    def result(self) -> tuple[list[StoreHit], float]:
-        return self.value
-
-
-def _timed(fn: Callable[..., list[StoreHit]], *args: Any) -> tuple[list[StoreHit], float]:
-    started = time.perf_counter()
-    result = fn(*args)
-    return result, (time.perf_counter() - started) * 1000
-
-
-def _rescored(candidate: _Candidate, score: float) -> _Candidate:
-    candidate.score = score
-    return candidate
-
-
-def _to_scored_hit(candidate: _Candidate) -> ScoredHit:
-    payload = candidate.hit.payload
-    return ScoredHit.model_construct(
-        doc_id=candidate.hit.doc_id,
-        chunk_id=candidate.hit.chunk_id,
-        text=payload.get("text", ""),
-        title=payload.get("title", ""),
-        section=payload.get("section", "body"),
-        tenant_id=payload.get("tenant_id", "default"),
-        score=candidate.score,
-        strategy_scores={
-            name: StrategyScore.model_construct(score=score, rank=rank)
-            for name, (score, rank) in candidate.strategy_scores.items()
-        },
-        first_stage_rank=candidate.first_stage_rank,
-        graph_path=candidate.graph_path,
-        metadata={k: v for k, v in payload.items() if k not in REQUIRED_PAYLOAD_FIELDS},
-    )

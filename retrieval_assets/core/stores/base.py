@@ -23,8 +23,8 @@ import numpy as np
 import orjson
 
 from retrieval_assets.core.io.files import write_json
-from retrieval_assets.core.stores.filters import FilterError, MetadataFilter, Scalar
 from retrieval_assets.core.models import SparseVector, StoreHit
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter, Scalar
 
 Payload = dict[str, Any]
 REQUIRED_PAYLOAD_FIELDS = ("doc_id", "chunk_id", "tenant_id", "section", "title", "text")
@@ -106,6 +106,9 @@ class SparseStore(IndexStore):
 
 
 class LexicalStore(IndexStore):
+    # Each filterable metadata field and how it is indexed (what ``filters`` may name).
+    field_types: dict[str, FieldType]
+
     @abstractmethod
     def add(self, payloads: Sequence[Payload]) -> None: ...
 
@@ -183,7 +186,9 @@ def check_top_k(top_k: int) -> None:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
 
 
-def field_kinds(payloads: Iterable[Payload], exclude: Sequence[str] = REQUIRED_PAYLOAD_FIELDS) -> dict[str, dict[str, int]]:
+def field_kinds(
+    payloads: Iterable[Payload], exclude: Sequence[str] = REQUIRED_PAYLOAD_FIELDS
+) -> dict[str, dict[str, int]]:
     """Per metadata field, how many payloads hold each kind of value: "bool", "integer", "float"
     or "keyword" (strings, and every list, lists being ``list[str]`` by contract). Counts, not
     sets, so that a delta build can take payloads away as well as add them."""

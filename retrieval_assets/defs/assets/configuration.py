@@ -8,22 +8,25 @@ from typing import Any
 
 import pandas as pd
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from pydantic import Field
 
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.evaluation.tuning import ConfigurationLearner, TuningResult, TuningSettings, gold_fingerprint
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions
 from retrieval_assets.defs.assets.evaluation import GROUP, evaluated_version
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch
+from retrieval_assets.defs.metadata import preview, stopwatch
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource, SearchResource
 
 
 class TuningConfig(Config, TuningSettings):
     """``TuningSettings``, plus whether a run may take the promoted version's configuration."""
 
-    # Take the promoted version's learned configuration when it was learned from the same gold
-    # queries with the same settings: the document update job does, as a few changed documents
-    # do not call for a new search.
-    reuse_promoted: bool = False
+    # The document update job does: a few changed documents do not call for a new search.
+    reuse_promoted: bool = Field(
+        False,
+        description="Take the promoted version's learned configuration when it was learned from the same gold "
+        "queries with the same settings.",
+    )
 
 
 def _settings_key(search: SearchResource, tuning: TuningSettings) -> str:
@@ -71,8 +74,6 @@ def _describe(configuration: dict[str, Any]) -> str:
 @asset(
     group_name=GROUP,
     kinds={"python"},
-    owners=OWNERS,
-    code_version="1",
 )
 def retrieval_configuration(
     context: AssetExecutionContext,
@@ -95,12 +96,16 @@ def retrieval_configuration(
             report: dict[str, Any] = {"adopted": False, "reason": "the catalog has no gold queries (set gold_path)"}
         else:
             settings_key = _settings_key(search, tuning)
-            reused = _reusable(versions, candidate, gold_fingerprint(gold), settings_key) if config.reuse_promoted else None
+            reused = (
+                _reusable(versions, candidate, gold_fingerprint(gold), settings_key) if config.reuse_promoted else None
+            )
             if reused is not None:
                 report = reused
             else:
                 try:
-                    learner = ConfigurationLearner(search.retriever(candidate.id), gold, tuning, progress=context.log.info)
+                    learner = ConfigurationLearner(
+                        search.retriever(candidate.id), gold, tuning, progress=context.log.info
+                    )
                     report = {**learner.run().model_dump(mode="json"), "settings_key": settings_key}
                 finally:
                     search.close()  # the evaluation step opens the candidate's qdrant-edge shard next
@@ -137,6 +142,3 @@ def retrieval_configuration(
                 "fold_ndcg@10_std": MetadataValue.float(cross_validated["fold_ndcg@10_std"]),
             }
     return MaterializeResult(metadata=metadata)
-
-
-retrieval_configuration = code_referenced(retrieval_configuration)[0]

@@ -11,12 +11,16 @@ import numpy as np
 import pandas as pd
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
-from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.cache import CacheStats
+from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
+from retrieval_assets.core.ingest.steps import (
+    chunk_documents,
+    clean_catalog,
+    read_raw_catalog,
+)
 from retrieval_assets.core.io.tables import chunks_to_frame
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, stopwatch, table_metadata
+from retrieval_assets.defs.metadata import log_progress, stopwatch, table_metadata
 from retrieval_assets.defs.partitions import shard_of, source_shards
 from retrieval_assets.defs.resources import (
     CatalogResource,
@@ -58,7 +62,7 @@ def _embed_chunks(
     }
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"})
 def dense_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
@@ -72,7 +76,7 @@ def dense_embeddings(
     return MaterializeResult(value=frame, metadata={**metadata, "dim": encoder.dim})
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"}, owners=OWNERS, code_version="1")
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"})
 def sparse_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
@@ -95,7 +99,7 @@ def sparse_embeddings(
     )
 
 
-@asset(group_name=GROUP, partitions_def=source_shards, kinds={"python"}, owners=OWNERS, code_version="1")
+@asset(group_name=GROUP, partitions_def=source_shards, kinds={"python"})
 def embedding_cache_shard(
     context: AssetExecutionContext,
     catalog: CatalogResource,
@@ -135,9 +139,3 @@ def embedding_cache_shard(
             "seconds": timer["seconds"],
         }
     )
-
-
-# Each asset links to its source in the UI; the names are rebound so each is loaded once.
-dense_embeddings, sparse_embeddings, embedding_cache_shard = code_referenced(
-    dense_embeddings, sparse_embeddings, embedding_cache_shard
-)

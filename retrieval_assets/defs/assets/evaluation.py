@@ -20,6 +20,7 @@ from dagster import (
     MetadataValue,
     asset,
 )
+from pydantic import Field
 
 from retrieval_assets.core.evaluation.benchmark import (
     CONFIGURATIONS,
@@ -34,7 +35,8 @@ from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration, Tuni
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch
+from retrieval_assets.defs.columns import HISTORY_DESCRIPTIONS
+from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexStorageResource,
@@ -52,9 +54,9 @@ def evaluated_version(context: AssetExecutionContext, versions: IndexVersions, r
     return versions.version(context.run.tags.get(EVALUATED_VERSION_TAG) or record.version)
 
 
-def _table(frame: pd.DataFrame) -> MetadataValue:
+def _table(frame: pd.DataFrame, descriptions: dict[str, str] | None = None) -> MetadataValue:
     """The whole frame as a table in the UI; missing values (None, NaN) render blank."""
-    return preview(frame, rows=len(frame))
+    return preview(frame, rows=len(frame), descriptions=descriptions)
 
 
 _GATE_COLUMNS = [
@@ -99,12 +101,16 @@ def _per_query(report: EvaluationReport) -> dict[str, dict[str, float]]:
 
 
 def _history_table(versions: IndexVersions) -> MetadataValue:
-    return _table(pd.DataFrame(versions.quality_history()))
+    return _table(pd.DataFrame(versions.quality_history()), HISTORY_DESCRIPTIONS)
 
 
 class EvaluationConfig(Config):
-    # Configurations measured besides the default one (which the gate judges); all by default.
-    configurations: list[str] = list(CONFIGURATIONS)
+    """Which named configurations ``retrieval_evaluation`` measures."""
+
+    configurations: list[str] = Field(
+        list(CONFIGURATIONS),
+        description="Configurations measured besides the default one (which the gate judges); all by default.",
+    )
 
 
 def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previous: object) -> str:
@@ -118,8 +124,6 @@ def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previ
 @asset(
     group_name=GROUP,
     kinds={"python"},
-    owners=OWNERS,
-    code_version="1",
     # Reads the configuration learned for the candidate from the version directory.
     deps=["retrieval_configuration"],
     check_specs=[
@@ -178,7 +182,9 @@ def retrieval_evaluation(
                 if served == TUNED:
                     context.log.info(f"evaluating the learned configuration as {TUNED!r}: {learned['reason']}")
                     tuned = RetrievalConfiguration.model_validate(learned["configuration"]).apply(deployment.settings)
-                    reports |= evaluate_configurations(deployment.configured(tuned), gold, {TUNED: {}}, progress=progress)
+                    reports |= evaluate_configurations(
+                        deployment.configured(tuned), gold, {TUNED: {}}, progress=progress
+                    )
             finally:
                 # Released before promotion: a serving process opens the promoted qdrant-edge
                 # shard as soon as the pointer moves, and only one process may hold it.
@@ -243,22 +249,21 @@ def retrieval_evaluation(
                     "candidate_vs_promoted": _gate_table(decision),
                     "failed_gates": len(decision.reasons),
                     **_gate_numbers(decision),
-                    **({"per_query_losses_and_wins": _table(pd.DataFrame(decision.changes))} if decision.changes else {}),
+                    **(
+                        {"per_query_losses_and_wins": _table(pd.DataFrame(decision.changes))}
+                        if decision.changes
+                        else {}
+                    ),
                 },
             )
         ],
     )
 
 
-# No freshness policy: promoted_index materializes only when a candidate passes the gate, so a
-# quiet night (nothing changed, or a candidate refused) would show it stale although nothing is
-# wrong. Nightly freshness is watched on index_version, which every nightly build materializes.
 @asset(
     group_name=GROUP,
     deps=[retrieval_evaluation],
     kinds={"python"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
 )
 def promoted_index(
@@ -290,7 +295,3 @@ def promoted_index(
             "quality_history": _history_table(versions),
         }
     )
-
-
-# Each asset links to its source in the UI; the names are rebound so each is loaded once.
-retrieval_evaluation, promoted_index = code_referenced(retrieval_evaluation, promoted_index)

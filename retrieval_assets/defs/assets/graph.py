@@ -6,18 +6,24 @@ import pandas as pd
 from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
-    AssetIn,
     AssetExecutionContext,
+    AssetIn,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
 from retrieval_assets.core.index.build import publish_graph
-from retrieval_assets.core.index.graph import collect_frame_graph, edge_violations, frame_tenants, graph_summary
+from retrieval_assets.core.index.graph import (
+    collect_frame_graph,
+    edge_violations,
+    frame_tenants,
+    graph_summary,
+)
 from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL, NIGHTLY_FRESHNESS, candidate_layout
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
+from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL, candidate_layout
+from retrieval_assets.defs.columns import EDGE_DESCRIPTIONS
+from retrieval_assets.defs.metadata import preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import IndexBuildResource, IndexStorageResource
 
 GROUP = "index"
@@ -28,11 +34,8 @@ TOP_DEGREE_ROWS = 10
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
-    owners=OWNERS,
-    code_version="1",
     # Not titles and texts: 0.7 of the 0.8 s it takes to read 103k ACL documents.
     ins={"cleaned_documents": AssetIn(metadata={"columns": ["doc_id", "tenant_id", "metadata"]})},
-    freshness_policy=NIGHTLY_FRESHNESS,
     pool=INDEX_WRITES_POOL,
     check_specs=[
         AssetCheckSpec(
@@ -74,7 +77,7 @@ def knowledge_graph(
     return MaterializeResult(
         value=graph.edges,
         metadata={
-            **table_metadata(graph.edges),
+            **table_metadata(graph.edges, EDGE_DESCRIPTIONS),
             "edges": summary.edges,
             "tools": summary.tools,
             "documents": graph.documents,
@@ -91,10 +94,10 @@ def knowledge_graph(
             "top_degree": preview(top, list(top.columns), rows=TOP_DEGREE_ROWS),
         },
         check_results=[
-            AssetCheckResult(check_name="graph_edges_within_tenant", passed=passed, metadata={**violations, "violations": sum(violations.values())}),
+            AssetCheckResult(
+                check_name="graph_edges_within_tenant",
+                passed=passed,
+                metadata={**violations, "violations": sum(violations.values())},
+            ),
         ],
     )
-
-
-# The asset links to its source in the UI; the name is rebound so it is loaded once.
-(knowledge_graph,) = code_referenced(knowledge_graph)

@@ -6,11 +6,10 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.io.tables import frame_to_receipts
-from retrieval_assets.defs.metadata import OWNERS, code_referenced
 from retrieval_assets.defs.resources import CatalogResource
 
 
-@asset(group_name="ingest", kinds={"python"}, owners=OWNERS, code_version="1")
+@asset(group_name="ingest", kinds={"python"})
 def inbox_archive(
     context: AssetExecutionContext,
     catalog: CatalogResource,
@@ -40,6 +39,3 @@ def inbox_archive(
             "outcomes": MetadataValue.json({k: int(v) for k, v in counts.items()}),
         }
     )
-
-
-inbox_archive = code_referenced(inbox_archive)[0]

@@ -9,7 +9,6 @@ holds the same chunk ids; its materialization is what the evaluation sensor wait
 """
 
 
-from datetime import timedelta
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,26 +18,26 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetIn,
-    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
+from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.index.build import (
-    checked_backend_chunk_ids,
-    record_listed_chunk_ids,
-    sealed_chunk_ids,
     backend_differences,
     build_faiss_index,
     build_lexical_index,
     build_qdrant_index,
     candidate_fingerprints,
+    checked_backend_chunk_ids,
     chunk_table,
     disagreeing_backends,
     point_batches,
     record_candidate_chunks,
+    record_listed_chunk_ids,
     seal_candidate,
+    sealed_chunk_ids,
     write_vocabulary,
 )
 from retrieval_assets.core.index.delta import (
@@ -53,14 +52,23 @@ from retrieval_assets.core.index.delta import (
 )
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.index.versions import CandidateRecord
+from retrieval_assets.core.index.vocabulary import (
+    build_vocabulary,
+    chunk_texts,
+    count_terms,
+    term_key,
+)
 from retrieval_assets.core.stores.base import IndexStore
-from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
-from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
-from retrieval_assets.core.embed.steps import embedding_cache
-from retrieval_assets.core.index.vocabulary import build_vocabulary, chunk_texts, count_terms, term_key
+from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 from retrieval_assets.defs.io_manager import StoredTable
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, log_progress, preview, stopwatch, table_metadata
+from retrieval_assets.defs.metadata import (
+    log_progress,
+    preview,
+    stopwatch,
+    table_metadata,
+)
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
     IndexStorageResource,
@@ -71,8 +79,6 @@ GROUP = "index"
 # Every asset that writes into an index version takes a slot of this pool (dagster.yaml:
 # `concurrency: pools: default_limit: 1`), so two builds never write one version at once.
 INDEX_WRITES_POOL = "index_writes"
-# Nightly builds: warn when an index misses one night, fail when it misses two.
-NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(fail_window=timedelta(hours=50), warn_window=timedelta(hours=26))
 # Tables an index step reads itself: all rows, or only a delta's upserted ones (``StoredTable``);
 # embeddings as Arrow lists (``core.embed.vectors``).
 DEFERRED = AssetIn(metadata={"deferred": True})
@@ -195,7 +201,7 @@ def build_metadata(candidate: CandidateRecord) -> dict[str, object]:
     return {"mode": candidate.mode, "reused_version": candidate.reused}
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"}, owners=OWNERS, code_version="1")
+@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"})
 def index_candidate(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
@@ -257,8 +263,6 @@ def index_candidate(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
 )
 def vocabulary(
@@ -308,10 +312,7 @@ def vocabulary(
 @asset(
     group_name=GROUP,
     kinds={"faiss"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
-    freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("faiss_index"),
     ins={"chunks": DEFERRED, "dense_embeddings": DEFERRED_VECTORS},
 )
@@ -351,10 +352,7 @@ def faiss_index(
 @asset(
     group_name=GROUP,
     kinds={"qdrant"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
-    freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("qdrant_edge_index"),
     ins={"chunks": DEFERRED, "dense_embeddings": DEFERRED_VECTORS, "sparse_embeddings": DEFERRED_VECTORS},
 )
@@ -408,10 +406,7 @@ def qdrant_edge_index(
 @asset(
     group_name=GROUP,
     kinds={"tantivy"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
-    freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=_index_checks("tantivy_index", dense=False),
 )
 def tantivy_index(
@@ -440,10 +435,7 @@ def tantivy_index(
 @asset(
     group_name=GROUP,
     kinds={"qdrant", "opensearch"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
-    freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=[
         AssetCheckSpec(
             "server_counts_match_chunks",
@@ -508,10 +500,7 @@ def server_indexes(
     deps=["knowledge_graph", vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes],
     ins={"chunks": AssetIn(metadata={"columns": ["chunk_id", "doc_id"]})},
     kinds={"python"},
-    owners=OWNERS,
-    code_version="1",
     pool=INDEX_WRITES_POOL,
-    freshness_policy=NIGHTLY_FRESHNESS,
     check_specs=[
         AssetCheckSpec(
             "backends_hold_same_chunk_ids",
@@ -522,7 +511,10 @@ def server_indexes(
     ],
 )
 def index_version(
-    context: AssetExecutionContext, storage: IndexStorageResource, chunks: pd.DataFrame, index_candidate: CandidateRecord
+    context: AssetExecutionContext,
+    storage: IndexStorageResource,
+    chunks: pd.DataFrame,
+    index_candidate: CandidateRecord,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """The sealed candidate: complete, consistent across backends, ready to be evaluated."""
     versions = storage.versions()
@@ -575,9 +567,3 @@ def index_version(
             )
         ],
     )
-
-
-# Each asset links to its source in the UI; the names are rebound so each is loaded once.
-index_candidate, vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes, index_version = code_referenced(
-    index_candidate, vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes, index_version
-)

@@ -19,7 +19,7 @@ from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
 from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs
 from retrieval_assets.core.io.tables import quarantine_to_frame, receipts_to_frame
-from retrieval_assets.defs.metadata import OWNERS, code_referenced, preview, stopwatch, table_metadata
+from retrieval_assets.defs.metadata import preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
 GROUP = "ingest"
@@ -30,8 +30,6 @@ MAX_QUARANTINE_RATIO = 0.2
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
-    owners=OWNERS,
-    code_version="1",
 )
 def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> MaterializeResult[pd.DataFrame]:
     """Every line of every configured catalog, undecoded beyond UTF-8, so that nothing is lost before cleaning."""
@@ -57,24 +55,18 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
         "cleaned_documents": AssetOut(
             io_manager_key="parquet_io_manager",
             kinds={"parquet"},
-            owners=OWNERS,
-            code_version="1",
             description="Documents cleaned from the raw catalog rows (NFKC, LaTeX and whitespace cleanup), "
             "one per usable row, ready for chunking.",
         ),
         "quarantined_documents": AssetOut(
             io_manager_key="parquet_io_manager",
             kinds={"parquet"},
-            owners=OWNERS,
-            code_version="1",
             description="Raw rows that cleaning could not use, each with its line number, reason and detail; "
             "kept for inspection and never indexed.",
         ),
         "inbox_receipts": AssetOut(
             io_manager_key="parquet_io_manager",
             kinds={"parquet"},
-            owners=OWNERS,
-            code_version="1",
             description="What became of each document-inbox entry in this build (indexed, deleted, or rejected "
             "with its quarantine reason); index_version archives them once the candidate is sealed.",
         ),
@@ -166,8 +158,6 @@ def cleaned_documents(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
-    owners=OWNERS,
-    code_version="1",
     check_specs=[
         AssetCheckSpec(
             "chunk_ids_unique",
@@ -211,11 +201,13 @@ def chunks(
             "preview": preview(frame, ["chunk_id", "section", "text"]),
         },
         check_results=[
-            AssetCheckResult(check_name="chunk_ids_unique", passed=duplicates == 0, metadata={"duplicates": duplicates, "chunks": len(frame)}),
-            AssetCheckResult(check_name="no_empty_chunk_text", passed=empty == 0, metadata={"empty": empty, "chunks": len(frame)}),
+            AssetCheckResult(
+                check_name="chunk_ids_unique",
+                passed=duplicates == 0,
+                metadata={"duplicates": duplicates, "chunks": len(frame)},
+            ),
+            AssetCheckResult(
+                check_name="no_empty_chunk_text", passed=empty == 0, metadata={"empty": empty, "chunks": len(frame)}
+            ),
         ],
     )
-
-
-# Each asset links to its source in the UI; the names are rebound so each is loaded once.
-raw_catalog, cleaned_documents, chunks = code_referenced(raw_catalog, cleaned_documents, chunks)

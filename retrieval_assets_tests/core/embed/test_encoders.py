@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from retrieval_assets.core.embed import sparse as sparse_module
 from retrieval_assets.core.embed.base import DenseEncoder, ModelLoadError, SparseEncoder
 from retrieval_assets.core.embed.dense import OnnxDenseEncoder, load_dense_encoder
 from retrieval_assets.core.embed.device import onnx_providers, resolve_device
 from retrieval_assets.core.embed.packaged import BGE_QUERY_PREFIX, PACKAGED_MODELS, resolve_model_path
-from retrieval_assets.core.embed import sparse as sparse_module
 from retrieval_assets.core.embed.sparse import load_sparse_encoder
 from retrieval_assets.core.models import SparseVector
 
@@ -281,7 +281,11 @@ def test_bogus_model_online_gives_up_on_a_silent_hub_naming_it(role: str, tmp_pa
     env |= {"HF_ENDPOINT": f"http://127.0.0.1:{silent_hub.getsockname()[1]}", "HF_HOME": str(tmp_path)}
     try:
         child = subprocess.run(
-            [sys.executable, "-c", _LOAD_ONLINE, role, BOGUS_MODEL], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", _LOAD_ONLINE, role, BOGUS_MODEL],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     finally:
         silent_hub.close()

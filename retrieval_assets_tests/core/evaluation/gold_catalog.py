@@ -20,7 +20,9 @@ def write_gold_catalog(root: Path, queries: int = 40, distractors: int = 60) -> 
     relevant = {doc for _, doc, _ in rows}
     corpus = [json.loads(line) for line in (SCIFACT_MINI / "corpus.jsonl").read_text().splitlines() if line.strip()]
     docs = [d for d in corpus if d["_id"] in relevant] + [d for d in corpus if d["_id"] not in relevant][:distractors]
-    all_queries = [json.loads(line) for line in (SCIFACT_MINI / "queries.jsonl").read_text().splitlines() if line.strip()]
+    all_queries = [
+        json.loads(line) for line in (SCIFACT_MINI / "queries.jsonl").read_text().splitlines() if line.strip()
+    ]
     (root / "qrels").mkdir(exist_ok=True)
     (root / "qrels" / "test.tsv").write_text("\n".join([header, *("\t".join(r) for r in rows)]) + "\n")
     (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in all_queries if q["_id"] in kept))

@@ -8,13 +8,13 @@ import time
 import pytest
 
 from retrieval_assets.core.evaluation.metrics import evaluate, latency_percentiles, score_run
-from retrieval_assets.core.stores.filters import FilterError, MetadataFilter, matches_all, parse_filters
 from retrieval_assets.core.retrieval.fusion import (
     fuse,
     normalized_score_fusion,
     reciprocal_rank_fusion,
     similarity_rrf_fusion,
 )
+from retrieval_assets.core.stores.filters import FilterError, MetadataFilter, matches_all, parse_filters
 
 # Two strategies with scores on different scales; "c" is only in bm25, "d" only in dense.
 PER_STRATEGY = {

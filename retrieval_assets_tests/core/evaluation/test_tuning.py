@@ -121,7 +121,8 @@ def test_the_configuration_round_trips_into_retrieval_settings(indexed) -> None:
     settings = learned.apply(retriever.settings)
     assert [s.value for s in settings.strategies] == ["bm25", "dense"]
     assert settings.fusion.method == FusionMethod.ZSCORE and settings.fusion.weights == {"bm25": 0.5, "dense": 1.0}
-    assert settings.candidates_per_strategy == 200 and settings.multi_query.enabled and settings.rerank.blend_weight == 0.25
+    assert settings.candidates_per_strategy == 200 and settings.multi_query.enabled
+    assert settings.rerank.blend_weight == 0.25
     assert RetrievalConfiguration.of(settings) == learned.changed(weights={"bm25": 0.5, "dense": 1.0})
 
 

@@ -24,9 +24,9 @@ from retrieval_assets.core.index.build import (
     seal_candidate,
 )
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
-from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
-from retrieval_assets.core.stores.tantivy_store import TantivyLexicalStore
+from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 from retrieval_assets_tests.core.index.test_delta import _chunks, _vectors
 
 STORES = (FaissDenseStore, QdrantEdgeStore, TantivyLexicalStore)

@@ -45,17 +45,27 @@ def _chunks(overrides: dict[str, dict] | None = None, drop: tuple[str, ...] = ()
         fields = {
             "title": f"Tool {n}",
             "text": f"Aligns reads number {n} against genomes with seeds and {'variants' if n % 2 else 'assembly'}.",
-            "metadata": {"year": 2000 + n, "topics": ["Genomics"] if n % 3 else ["Proteomics"], "keywords": [f"kw {n % 4}"]},
+            "metadata": {
+                "year": 2000 + n, "topics": ["Genomics"] if n % 3 else ["Proteomics"], "keywords": [f"kw {n % 4}"]
+            },
             **(overrides or {}).get(doc_id, {}),
         }
-        chunks.append(Chunk(chunk_id=f"{doc_id}#0", doc_id=doc_id, ordinal=0, content_hash=f"h{n}-{fields['text']}", **fields))
+        chunks.append(
+            Chunk(chunk_id=f"{doc_id}#0", doc_id=doc_id, ordinal=0, content_hash=f"h{n}-{fields['text']}", **fields)
+        )
     return chunks_to_frame(chunks)
 
 
 def _vectors(chunks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(3)
     ids = list(chunks["chunk_id"])
-    dense = pd.DataFrame({"chunk_id": ids, "content_hash": chunks["content_hash"], "embedding": list(rng.random((len(ids), 8), dtype=np.float32))})
+    dense = pd.DataFrame(
+        {
+            "chunk_id": ids,
+            "content_hash": chunks["content_hash"],
+            "embedding": list(rng.random((len(ids), 8), dtype=np.float32)),
+        }
+    )
     sparse = pd.DataFrame(
         {
             "chunk_id": ids,
@@ -86,11 +96,17 @@ def base(tmp_path: Path) -> IndexVersion:
 
 
 def test_plan_names_upserted_and_deleted_chunks(base: IndexVersion) -> None:
-    changed = _chunks({"d1": {"text": "A new description."}, "d2": {"metadata": {"year": 1999, "topics": ["Genomics"]}}}, drop=("d3",), add=1)
+    changed = _chunks(
+        {"d1": {"text": "A new description."}, "d2": {"metadata": {"year": 1999, "topics": ["Genomics"]}}},
+        drop=("d3",),
+        add=1,
+    )
     decision = decide_build(changed, SETTINGS, base, max_changed_fraction=0.2)
     plan = decision.plan
     assert plan is not None and plan.base == base.id
-    assert (plan.upserted, plan.deleted, plan.documents) == (("d1#0", "d2#0", "d20#0"), ("d3#0",), ("d1", "d2", "d20", "d3"))
+    assert (plan.upserted, plan.deleted, plan.documents) == (
+        ("d1#0", "d2#0", "d20#0"), ("d3#0",), ("d1", "d2", "d20", "d3")
+    )
     assert plan.changed_fraction == pytest.approx(4 / 20)
     assert decision.reason.startswith(f"delta from {base.id}: 3 chunks upserted, 1 deleted")
 
@@ -99,7 +115,8 @@ def test_above_the_threshold_or_without_a_base_is_a_full_build(base: IndexVersio
     changed = _chunks({"d1": {"text": "A new description."}, "d2": {"text": "Another one."}})
     assert decide_build(changed, SETTINGS, base, 0.1).plan is not None
     above = decide_build(changed, SETTINGS, base, 0.05)
-    assert above.plan is None and "2 of 20 chunks changed (10.0%), above delta_max_changed_fraction 5.0%" in above.reason
+    assert above.plan is None
+    assert "2 of 20 chunks changed (10.0%), above delta_max_changed_fraction 5.0%" in above.reason
     assert decide_build(changed, SETTINGS, base, 0.0).reason == "delta builds are off (delta_max_changed_fraction = 0)"
     assert decide_build(changed, SETTINGS, None, 0.1).reason == "no promoted version to start from"
 

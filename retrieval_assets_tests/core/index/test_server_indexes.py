@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from retrieval_assets.core.models import SparseVector, Strategy
 from retrieval_assets.core.index.servers import ServerIndexes, ServerSettings, roll_back, switch_serving
-from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings
 from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.core.models import SparseVector, Strategy
+from retrieval_assets.core.stores.qdrant.connection import QdrantServerSettings
 
 
 def _batches(ids: list[str], rows: int):
@@ -68,7 +68,7 @@ def test_versions_on_the_server_are_built_promoted_rolled_back_and_dropped(serve
 
 # -- both servers, through the real clients over recorded transports (fake_servers) ------------
 
-from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings  # noqa: E402
+from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings  # noqa: E402
 from retrieval_assets_tests.core.stores.fake_servers import FakeOpenSearch, FakeQdrant  # noqa: E402
 
 REPOSITORY = "retrieval-snapshots"

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_assets.core.embed.base import DenseEncoder
+from retrieval_assets.core.evaluation.gate import GateSettings, decide
+from retrieval_assets.core.index.versions import IndexVersions, VersionError
+from retrieval_assets.core.models import SearchRequest
+from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets.core.evaluation.gate import GateSettings, decide
-from retrieval_assets.core.embed.base import DenseEncoder
-from retrieval_assets.core.models import SearchRequest
-from retrieval_assets.core.index.versions import IndexVersions, VersionError
-from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
-from retrieval_assets.serving.service import SearchService
 
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 
@@ -157,7 +156,7 @@ def test_requests_in_flight_finish_on_the_old_or_the_new_version(tmp_path: Path)
     _, old = build_catalog(tmp_path, _catalog(tmp_path / "old.jsonl", lines[:9]))
     _, new = build_catalog(tmp_path, _catalog(tmp_path / "new.jsonl", lines[9:]))
     versions.promote(old, reason="test")
-    service = SearchService.for_searcher(SearchResource(storage=storage, models=HeldModels()).searcher)
+    service = SearchResource(storage=storage, models=HeldModels()).service
     request = SearchRequest(query="sequence alignment and variant calling tools", top_k=5)
 
     def ids() -> list[str]:

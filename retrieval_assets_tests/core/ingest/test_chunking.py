@@ -13,8 +13,8 @@ from retrieval_assets.core.ingest.chunking import (
     make_chunker,
     split_sections,
 )
-from retrieval_assets.core.models import Chunk, Document
 from retrieval_assets.core.io.tables import CHUNK_COLUMNS, chunk_payloads, chunks_to_frame, frame_to_chunks
+from retrieval_assets.core.models import Chunk, Document
 
 
 def _words(n: int, prefix: str = "w") -> str:

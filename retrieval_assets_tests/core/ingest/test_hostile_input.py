@@ -15,14 +15,14 @@ import pandas as pd
 import pytest
 from dagster import materialize
 
-from retrieval_assets_tests import TEST_DATA
-from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
 from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow, read_raw_rows
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
+from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
+from retrieval_assets_tests import TEST_DATA
+from retrieval_assets_tests.builds import build_catalog
 
 GENERATOR = TEST_DATA / "make_hostile_catalog.py"
 GOOD_PADDING = 250  # keeps the quarantine ratio under the blocking 20 % check
@@ -70,7 +70,9 @@ def test_every_row_is_kept_or_quarantined_with_the_expected_reason(catalog: Path
 
 def _padded(catalog: Path) -> Path:
     good = [
-        json.dumps({"id": f"pad-{i}", "name": f"Padding tool {i}", "description": f"Counts k-mers in batch {i} of reads."})
+        json.dumps(
+            {"id": f"pad-{i}", "name": f"Padding tool {i}", "description": f"Counts k-mers in batch {i} of reads."}
+        )
         for i in range(GOOD_PADDING)
     ]
     padded = catalog.with_name("padded.jsonl")
@@ -135,8 +137,12 @@ DOWNSTREAM_CRASHES = {
         '{"id": "big-1", "name": "B", "description": "d", "metadata": {"count": 9223372036854775808}}',
         "invalid_metadata",
     ),
-    "metadata_key_with_space": ('{"id": "key-1", "name": "K", "description": "d", "metadata": {"first author": "x"}}', None),
-    "empty_metadata_key": ('{"id": "key-2", "name": "K", "description": "d", "metadata": {"": "x"}}', "invalid_metadata"),
+    "metadata_key_with_space": (
+        '{"id": "key-1", "name": "K", "description": "d", "metadata": {"first author": "x"}}', None
+    ),
+    "empty_metadata_key": (
+        '{"id": "key-2", "name": "K", "description": "d", "metadata": {"": "x"}}', "invalid_metadata"
+    ),
 }
 
 

@@ -72,7 +72,9 @@ def test_reading_an_absent_inbox_creates_nothing(tmp_path: Path) -> None:
 
 def test_an_upsert_needs_its_record() -> None:
     with pytest.raises(ValidationError, match="needs its record"):
-        InboxEntry(receipt="r", operation="upsert", doc_id="a", tenant_id="t", received_at="2025-01-01T00:00:00.000+00:00")
+        InboxEntry(
+            receipt="r", operation="upsert", doc_id="a", tenant_id="t", received_at="2025-01-01T00:00:00.000+00:00"
+        )
 
 
 def test_take_in_archives_entries_with_their_outcome_once(inbox: DocumentInbox) -> None:
@@ -91,7 +93,8 @@ def test_take_in_archives_entries_with_their_outcome_once(inbox: DocumentInbox) 
     assert archived[1].reason == "empty_text" and archived[1].detail == "description empty after cleaning"
     assert archived[0].record == kept.record and archived[0].received_at == kept.received_at
     assert inbox.pending() == [later] and receipts(inbox.snapshot()) == receipts([kept, rejected, gone, later])
-    assert isinstance(inbox.latest("a", "alpha"), ArchivedEntry) and isinstance(inbox.receipt(gone.receipt), ArchivedEntry)
+    assert isinstance(inbox.latest("a", "alpha"), ArchivedEntry)
+    assert isinstance(inbox.receipt(gone.receipt), ArchivedEntry)
     # Again (a retried build step): nothing moves twice.
     assert inbox.take_in("v-1", outcomes) == 0 and inbox.take_in("v-2", outcomes) == 0
     assert len(inbox.archived()) == 3 and inbox.pending() == [later]
@@ -113,7 +116,12 @@ def test_a_crash_between_the_archive_append_and_the_pending_rewrite_takes_nothin
     inbox.append([*taken, waiting])
     # What take_in writes first, then a crash before it rewrites pending.jsonl.
     archived = [
-        ArchivedEntry(**entry.model_dump(), version="v-1", taken_at="2030-01-01T00:00:00.000001+00:00", outcome=InboxOutcome.INDEXED)
+        ArchivedEntry(
+            **entry.model_dump(),
+            version="v-1",
+            taken_at="2030-01-01T00:00:00.000001+00:00",
+            outcome=InboxOutcome.INDEXED,
+        )
         for entry in taken
     ]
     with inbox.archive_path.open("a") as handle:
@@ -139,7 +147,8 @@ def test_a_line_cut_short_by_a_crash_is_skipped(inbox: DocumentInbox) -> None:
     inbox.append([third])  # starts on a fresh line, so only the torn line is lost
     assert inbox.pending() == [first, third] and len(inbox.pending_path.read_text().splitlines()) == 3
     # A torn archive line does not count as archived: its entry stays pending.
-    inbox.archive_path.write_text(ArchivedEntry(**third.model_dump(), version="v", taken_at="t", outcome="indexed").model_dump_json()[:-3])
+    torn = ArchivedEntry(**third.model_dump(), version="v", taken_at="t", outcome="indexed").model_dump_json()[:-3]
+    inbox.archive_path.write_text(torn)
     assert inbox.pending() == [first, third] and inbox.archived() == []
     assert inbox.take_in("v-1", {third.receipt: INDEXED}) == 1
     assert inbox.pending() == [first] and receipts(inbox.archived()) == [third.receipt]
@@ -175,8 +184,12 @@ def _append_many(directory: str, sender: str, count: int, start_at: float) -> No
 def _writers(directory: Path, processes: int, threads: int, count: int) -> list:
     """Processes and threads appending ``count`` entries each, all started at the same moment."""
     start_at = time.time() + 3.0  # spawned interpreters need a moment to import
-    workers = [SPAWN.Process(target=_append_many, args=(str(directory), f"p{n}", count, start_at)) for n in range(processes)]
-    workers += [threading.Thread(target=_append_many, args=(str(directory), f"t{n}", count, start_at)) for n in range(threads)]
+    workers = [
+        SPAWN.Process(target=_append_many, args=(str(directory), f"p{n}", count, start_at)) for n in range(processes)
+    ]
+    workers += [
+        threading.Thread(target=_append_many, args=(str(directory), f"t{n}", count, start_at)) for n in range(threads)
+    ]
     for worker in workers:
         worker.start()
     return workers
@@ -242,10 +255,15 @@ def test_document_status_follows_the_promoted_version(inbox: DocumentInbox, tmp_
     for promoted in (None, older):  # the candidate is not served yet: still pending, in it
         status = document_status(taken["a"], promoted)
         assert (status.status, status.candidate, status.version) == ("pending", candidate.id, None)
-    assert document_status(taken["a"], candidate).model_dump(exclude_none=True) == {"status": "indexed", "version": candidate.id}
-    assert document_status(taken["c"], candidate).model_dump(exclude_none=True) == {"status": "deleted", "version": candidate.id}
+    assert document_status(taken["a"], candidate).model_dump(exclude_none=True) == {
+        "status": "indexed", "version": candidate.id
+    }
+    assert document_status(taken["c"], candidate).model_dump(exclude_none=True) == {
+        "status": "deleted", "version": candidate.id
+    }
     newer = _sealed(versions, "c")  # a later build replays the archive: it holds them too
-    assert document_status(taken["a"], newer).version == newer.id and document_status(taken["c"], newer).status == "deleted"
+    assert document_status(taken["a"], newer).version == newer.id
+    assert document_status(taken["c"], newer).status == "deleted"
     for promoted in (None, older, candidate):
         rejected = document_status(taken["b"], promoted)
         assert (rejected.status, rejected.version, rejected.reason) == ("rejected", candidate.id, "empty_text")

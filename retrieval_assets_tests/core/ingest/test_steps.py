@@ -32,7 +32,11 @@ CATALOG = CatalogSource(format="beir", path=str(BUNDLED_DATA / "scifact_mini"))
 
 def _upsert(doc_id: str, text: str, tenant: str = "default", **record: object) -> InboxEntry:
     return InboxEntry.new(
-        InboxOperation.UPSERT, doc_id, tenant, format="beir", record={"_id": doc_id, "title": "", "text": text, **record}
+        InboxOperation.UPSERT,
+        doc_id,
+        tenant,
+        format="beir",
+        record={"_id": doc_id, "title": "", "text": text, **record},
     )
 
 

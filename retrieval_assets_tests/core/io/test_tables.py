@@ -44,7 +44,11 @@ def test_only_the_row_groups_holding_them_are_decoded(stored, monkeypatch) -> No
     path, _ = stored
     read = []
     original = pq.ParquetFile.read_row_groups
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", lambda self, groups, **kw: read.append(groups) or original(self, groups, **kw))
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_groups",
+        lambda self, groups, **kw: read.append(groups) or original(self, groups, **kw),
+    )
     read_parquet_rows(path, "chunk_id", ["d94#0", "d3#0", "d5#0"])
     assert read == [[0, 9]]
 
@@ -59,4 +63,5 @@ def test_an_empty_frame_keeps_its_dtypes_through_parquet(tmp_path) -> None:
     frame = tables.empty_frame({"chunk_id": "string", "doc_key": "uint64", "line_number": "Int64"})
     write_parquet(frame, tmp_path / "empty.parquet")
     read = pd.read_parquet(tmp_path / "empty.parquet")
-    assert len(read) == 0 and read.dtypes.astype(str).to_dict() == {"chunk_id": "string", "doc_key": "uint64", "line_number": "Int64"}
+    assert len(read) == 0
+    assert read.dtypes.astype(str).to_dict() == {"chunk_id": "string", "doc_key": "uint64", "line_number": "Int64"}

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from retrieval_assets.core.stores.filters import FilterError, parse_filters
 from retrieval_assets.core.query.context_tokens import (
     ContextTokenSettings,
     normalise_value,
@@ -17,6 +16,7 @@ from retrieval_assets.core.query.context_tokens import (
 )
 from retrieval_assets.core.query.control_tags import ControlTagError, ControlTags, parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, author_surnames, parse_nl_filters
+from retrieval_assets.core.stores.filters import FilterError, parse_filters
 
 # ---------------------------------------------------------------- control tags
 

@@ -24,11 +24,9 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from dagster import DagsterInstance, EnvVar, materialize
 
 from retrieval_assets.core.ingest.inbox import DocumentInbox, InboxEntry, InboxOperation
-from retrieval_assets_tests import TEST_DATA
 from retrieval_assets.definitions import ASSETS
-from retrieval_assets.defs.jobs import WHOLE_BUILD
-from retrieval_assets.defs.resources import code_location_resources
 from retrieval_assets.defs.io_manager import ParquetIOManager
+from retrieval_assets.defs.jobs import WHOLE_BUILD
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexBuildResource,
@@ -37,7 +35,9 @@ from retrieval_assets.defs.resources import (
     MultiQueryConfig,
     RerankConfig,
     SearchResource,
+    code_location_resources,
 )
+from retrieval_assets_tests import TEST_DATA
 
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 TENANTS = ("alpha", "beta", "gamma")
@@ -45,7 +45,12 @@ SECRET_ENV = "RETRIEVAL_ASSETS_TEST_LLM_KEY"
 SECRET = "sk-test-9f3c1e7a-do-not-log"
 AUTHORS = (["Heng Li", "Richard Durbin"], ["Ben Langmead", "Steven L. Salzberg"], ["John Smith", "Jane Doe"])
 IMAGING = [
-    ("horos", "Horos", "Free open-source medical image viewer for CT, MRI and PET studies with volume rendering.", "DICOM"),
+    (
+        "horos",
+        "Horos",
+        "Free open-source medical image viewer for CT, MRI and PET studies with volume rendering.",
+        "DICOM",
+    ),
     ("itksnap", "ITK-SNAP", "Interactive software for semi-automatic segmentation of 3D medical images.", "NIfTI"),
     ("orthanc", "Orthanc", "Lightweight server that stores and serves medical images over the network.", "DICOM"),
 ]
@@ -58,7 +63,9 @@ def tenant_records() -> list[dict[str, Any]]:
     base = [json.loads(line) for line in TOOLS.read_text().splitlines()]
     records = []
     for i, tool in enumerate(base):
-        metadata = {**tool["metadata"], "year": 2010 + i % 14, "authors": AUTHORS[i % 3], "license": ["MIT", "GPL-3.0"][i % 2]}
+        metadata = {
+            **tool["metadata"], "year": 2010 + i % 14, "authors": AUTHORS[i % 3], "license": ["MIT", "GPL-3.0"][i % 2]
+        }
         records.append({**tool, "tenant_id": "alpha", "metadata": metadata})
     for prefix, tenant, picks in (("beta", "beta", range(0, 16, 2)), ("gamma", "gamma", (0, 7))):
         for i in picks:
@@ -70,7 +77,9 @@ def tenant_records() -> list[dict[str, Any]]:
             records.append({**tool, "id": f"{prefix}-{tool['id']}", "tenant_id": tenant, "relations": relations})
     for i, (tool_id, name, description, fmt) in enumerate(IMAGING):
         metadata = {"topics": ["Medical imaging"], "formats": [fmt], "year": 2015 + 3 * i, "authors": AUTHORS[i]}
-        records.append({"id": tool_id, "name": name, "description": description, "tenant_id": "gamma", "metadata": metadata})
+        records.append(
+            {"id": tool_id, "name": name, "description": description, "tenant_id": "gamma", "metadata": metadata}
+        )
     return records
 
 
@@ -207,5 +216,10 @@ def build_tenant_indexes(root: Path) -> TenantBuild:
         root_logger.removeHandler(collect)
         root_logger.setLevel(previous_level)
     return TenantBuild(
-        home=home, llm_url=llm_url, run_id=result.run_id, instance=instance, success=result.success, python_log=collect.lines
+        home=home,
+        llm_url=llm_url,
+        run_id=result.run_id,
+        instance=instance,
+        success=result.success,
+        python_log=collect.lines,
     )

@@ -13,28 +13,28 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from retrieval_assets_tests import TEST_DATA
-from retrieval_assets_tests.builds import build_catalog
-from retrieval_assets.defs.resources import IndexBuildResource, VocabularyConfig
+from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
 from retrieval_assets.core.index.build import build_lexical_index
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
-from retrieval_assets.core.stores.remote import strongest_terms
-from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
 from retrieval_assets.core.ingest.catalog import CatalogSource
-from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
+from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.core.query.control_tags import ControlTagError
 from retrieval_assets.core.retrieval.rerank.cross_encoder import load_reranker
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.retrieval.searcher import open_retriever
+from retrieval_assets.core.retrieval.service import open_retriever
 from retrieval_assets.core.settings import (
     ChunkingSettings,
     ModelSettings,
     RetrievalSettings,
 )
-from retrieval_assets.core.stores.tantivy_store import TAG_SCORE, TantivyLexicalStore
-from retrieval_assets.core.io.tables import chunks_to_frame
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
+from retrieval_assets.core.stores.remote import strongest_terms
+from retrieval_assets.core.stores.tantivy.store import TAG_SCORE, TantivyLexicalStore
+from retrieval_assets.defs.resources import IndexBuildResource, VocabularyConfig
 from retrieval_assets.paths import BUNDLED_DATA
+from retrieval_assets_tests import TEST_DATA
+from retrieval_assets_tests.builds import build_catalog
 
 TOOLS_WITH_RELATIONS = TEST_DATA / "tools_with_relations.jsonl"
 IMAGING_TOOLS = [
@@ -95,7 +95,11 @@ def tool_layout(tmp_path_factory: pytest.TempPathFactory, encoders) -> IndexLayo
 def retriever(tool_layout, encoders, reranker) -> Iterator[HybridRetriever]:
     dense_encoder, sparse_encoder = encoders
     opened = open_retriever(
-        tool_layout, dense_encoder=dense_encoder, sparse_encoder=sparse_encoder, settings=RetrievalSettings(), reranker=reranker
+        tool_layout,
+        dense_encoder=dense_encoder,
+        sparse_encoder=sparse_encoder,
+        settings=RetrievalSettings(),
+        reranker=reranker,
     )
     yield opened
     opened.close()
@@ -112,7 +116,9 @@ def test_exclude_tag_removes_ids_and_is_stripped(retriever: HybridRetriever) -> 
     plain = retriever.search("align sequencing reads to a reference genome", top_k=5, tenant_id="default")
     excluded = plain.hits[0].doc_id, plain.hits[1].doc_id
     tagged = retriever.search(
-        f"align sequencing reads [EXCLUDE:{excluded[0]}|{excluded[1]}] to a reference genome", top_k=5, tenant_id="default"
+        f"align sequencing reads [EXCLUDE:{excluded[0]}|{excluded[1]}] to a reference genome",
+        top_k=5,
+        tenant_id="default",
     )
     assert not set(excluded) & set(_ids(tagged))
     assert len(tagged.hits) == 5
@@ -180,7 +186,9 @@ def test_expansion_on_request_adds_weighted_neighbours(retriever: HybridRetrieve
 
 @pytest.mark.parametrize("method", ["rrf", "minmax", "zscore", "similarity_rrf"])
 def test_every_fusion_method_runs_with_provenance(retriever: HybridRetriever, method: str) -> None:
-    result = retriever.search("sort and index BAM alignments", top_k=5, fusion=method, strategies=["bm25", "splade", "dense"])
+    result = retriever.search(
+        "sort and index BAM alignments", top_k=5, fusion=method, strategies=["bm25", "splade", "dense"]
+    )
     assert result.fusion == method
     assert result.hits[0].doc_id == "samtools"
     assert set(result.hits[0].strategy_scores) >= {"bm25", "splade", "dense"}
@@ -233,7 +241,9 @@ def test_graph_adds_related_tools_marked_as_such(retriever: HybridRetriever) -> 
 def test_graph_and_every_strategy_respect_the_tenant(retriever: HybridRetriever) -> None:
     for tenant, foreign in (("default", "acme-secret-aligner"), ("acme", "bwa")):
         for strategies in (["bm25"], ["splade"], ["dense"], None):
-            result = retriever.search("read aligner compatible with samtools", top_k=30, tenant_id=tenant, strategies=strategies)
+            result = retriever.search(
+                "read aligner compatible with samtools", top_k=30, tenant_id=tenant, strategies=strategies
+            )
             assert {hit.tenant_id for hit in result.hits} <= {tenant}
             assert foreign not in _ids(result)
 
@@ -257,7 +267,9 @@ def test_multi_query_fuses_feedback_reformulation(tool_layout, encoders, reranke
     dense_encoder, sparse_encoder = encoders
     # Graph off (it rescales fused scores) and only the feedback reformulation, so the fused scores
     # can be recomputed from the two rankings the pipeline should have searched.
-    settings = RetrievalSettings.model_validate({"graph": {"enabled": False}, "multi_query": {"vocabulary_expansion": False}})
+    settings = RetrievalSettings.model_validate(
+        {"graph": {"enabled": False}, "multi_query": {"vocabulary_expansion": False}}
+    )
     query = "variant calling from aligned reads"
     with open_retriever(
         tool_layout, dense_encoder=dense_encoder, sparse_encoder=sparse_encoder, settings=settings, reranker=reranker
@@ -267,7 +279,8 @@ def test_multi_query_fuses_feedback_reformulation(tool_layout, encoders, reranke
         diagnostics = result.diagnostics["multi_query"]
         [reformulation] = diagnostics["reformulations"]
         assert reformulation["label"] == "prf" and reformulation["expansion_terms"] == {}
-        assert reformulation["query"].startswith(f"{query} ") and len(reformulation["query"].split()) > len(query.split())
+        assert reformulation["query"].startswith(f"{query} ")
+        assert len(reformulation["query"].split()) > len(query.split())
         # The reformulation searched on its own, the same way the pipeline searches it.
         feedback = retriever.search(reformulation["query"], top_k=100, multi_query=False)
     assert "multi_query_ms" in result.timings_ms

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from retrieval_assets.core.stores.filters import FilterError
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.control_tags import ControlTagError
+from retrieval_assets.core.stores.filters import FilterError
 from retrieval_assets.defs.resources import GraphConfig, RerankConfig, SearchResource
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TENANTS, build_tenant_indexes, tenant_of
 
@@ -107,7 +107,9 @@ def _assert_scoped(result: RetrievalResult, tenant: str) -> None:
     assert all(TENANT_OF[doc_id] == tenant for doc_id in named if doc_id is not None)
 
 
-STRATEGIES = {"bm25": ["bm25"], "splade": ["splade"], "dense": ["dense"], "hybrid": ["bm25", "splade", "dense"], "default": None}
+STRATEGIES = {
+    "bm25": ["bm25"], "splade": ["splade"], "dense": ["dense"], "hybrid": ["bm25", "splade", "dense"], "default": None
+}
 
 
 @pytest.mark.parametrize("strategies", STRATEGIES.values(), ids=STRATEGIES.keys())

@@ -20,10 +20,10 @@ import httpx
 from opensearchpy.connection import Urllib3HttpConnection
 from qdrant_client import QdrantClient
 
-from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings
-from retrieval_assets.core.stores.opensearch_store import connect as connect_opensearch
-from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings
-from retrieval_assets.core.stores.qdrant_server_store import connect as connect_qdrant
+from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings
+from retrieval_assets.core.stores.opensearch.connection import connect as connect_opensearch
+from retrieval_assets.core.stores.qdrant.connection import QdrantServerSettings
+from retrieval_assets.core.stores.qdrant.connection import connect as connect_qdrant
 
 
 @dataclass

@@ -42,8 +42,10 @@ from retrieval_assets.core.index.servers import ServerIndexes, ServerSettings, r
 from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.core.models import SparseVector, Strategy
 from retrieval_assets.core.stores.filters import parse_filters
-from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings, OpenSearchStore
-from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings, QdrantServerStore
+from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings
+from retrieval_assets.core.stores.opensearch.store import OpenSearchStore
+from retrieval_assets.core.stores.qdrant.connection import QdrantServerSettings
+from retrieval_assets.core.stores.qdrant.server import QdrantServerStore
 from retrieval_assets.core.stores.remote import RetryPolicy
 from retrieval_assets_tests.core.stores.fake_servers import FakeOpenSearch, FakeQdrant, Sent
 
@@ -477,7 +479,9 @@ QDRANT_MUTATIONS: list[tuple[str, str, str, Callable[[Sent], None]]] = [
 ]
 
 
-@pytest.mark.parametrize(("label", "method", "pattern", "change"), QDRANT_MUTATIONS, ids=[m[0] for m in QDRANT_MUTATIONS])
+@pytest.mark.parametrize(
+    ("label", "method", "pattern", "change"), QDRANT_MUTATIONS, ids=[m[0] for m in QDRANT_MUTATIONS]
+)
 def test_the_qdrant_validator_rejects_mutated_requests(recorded, label, method, pattern, change):
     doc, registry = _qdrant_registry("openapi-v1.19.x.json")
     sent = _mutated(recorded["qdrant"], method, pattern, change)

@@ -9,8 +9,8 @@ qdrant-client's in-process local mode (``QdrantClient(":memory:")``): the same r
 by a pure-Python engine, not a server. ``qdrant-server`` and ``opensearch`` run against real
 servers when ``QDRANT_URL`` / ``OPENSEARCH_URL`` are set (credentials from ``QDRANT_API_KEY``,
 ``OPENSEARCH_USER`` + ``OPENSEARCH_PASSWORD`` or ``OPENSEARCH_API_KEY``, CA file from
-``*_CA_CERTS``; see docker/README.md) and are skipped otherwise. Each server test works in its
-own uniquely named collection or index and deletes it afterwards.
+``*_CA_CERTS``; see docker/README.md), are marked ``integration`` and are skipped otherwise.
+Each server test works in its own uniquely named collection or index and deletes it afterwards.
 
 Vectors come from the texts: the dense "embedding" sums a fixed random vector per word and the
 sparse one weights each word's hashed id, so a query's nearest documents are the ones sharing
@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from retrieval_assets.core.stores.filters import MetadataFilter, matches_all, parse_filters
 from retrieval_assets.core.models import SparseVector, StoreHit
 from retrieval_assets.core.stores.base import IndexStore
-from retrieval_assets.core.stores.faiss_store import FaissDenseStore
-from retrieval_assets.core.stores.qdrant_edge_store import QdrantEdgeStore
-from retrieval_assets.core.stores.tantivy_store import TAG_SCORE, TantivyLexicalStore
+from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.filters import MetadataFilter, matches_all, parse_filters
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
+from retrieval_assets.core.stores.tantivy.store import TAG_SCORE, TantivyLexicalStore
 
 DIM = 32
 VOCAB = 30_522
@@ -192,7 +192,8 @@ def open_backend(kind: str, port: str, tmp_path: Path) -> Iterator[Any]:
     elif kind in ("qdrant-client-local", "qdrant-server"):
         from qdrant_client import QdrantClient
 
-        from retrieval_assets.core.stores.qdrant_server_store import QdrantServerSettings, QdrantServerStore, connect
+        from retrieval_assets.core.stores.qdrant.connection import QdrantServerSettings, connect
+        from retrieval_assets.core.stores.qdrant.server import QdrantServerStore
 
         if kind == "qdrant-server":
             url = _require("QDRANT_URL", "Qdrant")
@@ -210,7 +211,8 @@ def open_backend(kind: str, port: str, tmp_path: Path) -> Iterator[Any]:
             client.delete_collection(store.collection)
             client.close()
     elif kind == "opensearch":
-        from retrieval_assets.core.stores.opensearch_store import OpenSearchSettings, OpenSearchStore, connect
+        from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings, connect
+        from retrieval_assets.core.stores.opensearch.store import OpenSearchStore
 
         settings = OpenSearchSettings(
             url=_require("OPENSEARCH_URL", "OpenSearch"),
@@ -249,6 +251,14 @@ def write(store: Any, port: str, payloads: list[dict], rows: list[int] | None = 
 PORT_BACKENDS = [("dense", k) for k in DENSE_KINDS] + [("sparse", k) for k in SPARSE_KINDS] + [
     ("lexical", k) for k in LEXICAL_KINDS
 ]
+# Backends behind a real server (QDRANT_URL / OPENSEARCH_URL): their tests are marked integration.
+SERVER_KINDS = ("qdrant-server", "opensearch")
+
+
+def backend_param(value: Any, kind: str) -> Any:
+    """``value`` as a fixture parameter, marked ``integration`` when ``kind`` needs a server."""
+    ident = "-".join(value) if isinstance(value, tuple) else value
+    return pytest.param(value, id=ident, marks=[pytest.mark.integration] if kind in SERVER_KINDS else [])
 
 
 @pytest.fixture(scope="module")
@@ -267,20 +277,20 @@ def corpus_store(tmp_path_factory) -> Iterator[Callable[[str, str], Any]]:
         yield get
 
 
-@pytest.fixture(params=PORT_BACKENDS, ids="-".join)
+@pytest.fixture(params=[backend_param(pair, pair[1]) for pair in PORT_BACKENDS])
 def port_store(request, corpus_store):
     """(port, backend, store) for every backend of every port, holding the corpus."""
     port, kind = request.param
     return port, kind, corpus_store(port, kind)
 
 
-@pytest.fixture(params=[pair for pair in PORT_BACKENDS if pair[0] != "lexical"], ids="-".join)
+@pytest.fixture(params=[backend_param(pair, pair[1]) for pair in PORT_BACKENDS if pair[0] != "lexical"])
 def vector_store(request, corpus_store):
     port, kind = request.param
     return port, kind, corpus_store(port, kind)
 
 
-@pytest.fixture(params=LEXICAL_KINDS)
+@pytest.fixture(params=[backend_param(kind, kind) for kind in LEXICAL_KINDS])
 def lexical(request, corpus_store):
     return corpus_store("lexical", request.param)
 

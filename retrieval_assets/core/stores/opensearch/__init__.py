@@ -1,0 +1,1 @@
+"""OpenSearch adapter: the index mapping, the request bodies, the filter translator and the store."""

@@ -1,0 +1,1 @@
+"""tantivy adapter: BM25 over chunks with metadata filters, embedded."""

@@ -1,0 +1,1 @@
+"""The HTTP API's routes, one ``APIRouter`` per family: search, documents, operations (health and metrics)."""

@@ -1,0 +1,1 @@
+"""The bench commands and load tools."""

@@ -1,0 +1,1 @@
+"""Tests of the OpenSearch adapter: mapping, request bodies, filters and the store."""

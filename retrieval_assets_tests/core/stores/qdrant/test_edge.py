@@ -1,0 +1,177 @@
+"""The qdrant-edge store: sparse and hybrid search, deletes, the shard lock, undeclared and quoted keys,
+sparse-only shards, and optimising while writing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrieval_assets.core.models import SparseVector
+from retrieval_assets.core.stores.filters import FilterError, parse_filters
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore, ShardBusyError
+from retrieval_assets_tests.core.stores.embedded_corpus import (
+    CHUNK_IDS,
+    DIM,
+    FAR,
+    FAR_ONLY_FILTERS,
+    FAR_QUERY,
+    FIELD_TYPES,
+    PAYLOADS,
+    SPARSE,
+    VECTORS,
+    sparse_dot,
+)
+
+
+@pytest.fixture
+def qdrant(tmp_path):
+    store = QdrantEdgeStore.create(tmp_path / "qdrant", DIM, field_types=FIELD_TYPES)
+    # Dense first, sparse second: the second upsert must keep the first vector.
+    store.upsert_dense(PAYLOADS, VECTORS)
+    store.upsert_sparse(PAYLOADS, SPARSE)
+    store.finalize()
+    yield store
+    store.close()
+
+
+def test_qdrant_sparse_ranking_equals_dot_product(qdrant):
+    for i, query in enumerate(SPARSE[:4]):
+        expected = sorted(((sparse_dot(query, doc), CHUNK_IDS[j]) for j, doc in enumerate(SPARSE)), reverse=True)
+        hits = qdrant.search_sparse(query, top_k=5)
+        assert hits[0].chunk_id == CHUNK_IDS[i]
+        assert [h.score for h in hits] == pytest.approx([score for score, _ in expected[:5]], rel=1e-3)
+        # Documents sharing only the common term tie; compare ids above that level.
+        strong = [cid for score, cid in expected[:5] if score > 0.001]
+        assert [h.chunk_id for h in hits[: len(strong)]] == strong
+
+
+@pytest.mark.parametrize("spec", FAR_ONLY_FILTERS, ids=lambda spec: next(iter(spec)))
+def test_qdrant_sparse_filter_is_applied_inside_search(qdrant, spec):
+    hits = qdrant.search_sparse(SPARSE[0], top_k=1, filters=parse_filters(spec))
+    assert [h.chunk_id for h in hits] == [CHUNK_IDS[FAR]]
+
+
+def test_qdrant_sparse_edge_cases(qdrant):
+    assert qdrant.search_sparse(SparseVector(indices=[], values=[]), top_k=3) == []
+    assert qdrant.search_sparse(SparseVector(indices=[10_000], values=[1.0]), top_k=3) == []
+
+
+def test_qdrant_keeps_both_vectors_and_hybrid_fuses(qdrant):
+    assert qdrant.count() == len(PAYLOADS)
+    assert qdrant.search_dense(VECTORS[4], top_k=1)[0].chunk_id == CHUNK_IDS[4]
+    hits = qdrant.search_hybrid(VECTORS[2], SPARSE[2], top_k=3)
+    assert hits[0].chunk_id == CHUNK_IDS[2]
+    assert hits[0].score == pytest.approx(2 / 60)  # first in both lists; Qdrant counts ranks from 0
+    tenant = parse_filters({"tenant_id": "initech"})
+    filtered = qdrant.search_hybrid(VECTORS[2], SPARSE[2], top_k=3, filters=tenant)
+    assert [h.chunk_id for h in filtered] == [CHUNK_IDS[FAR]]
+    # With one candidate per list, FAR survives only if the filter runs inside the prefetches.
+    year = parse_filters({"year": {"gte": 2025}})
+    narrow = qdrant.search_hybrid(FAR_QUERY, SPARSE[0], top_k=1, filters=year, prefetch_limit=1)
+    assert [h.chunk_id for h in narrow] == [CHUNK_IDS[FAR]]
+
+
+def test_qdrant_delete_removes_both_vectors(qdrant, tmp_path):
+    qdrant.delete([CHUNK_IDS[1], "no-such-chunk#0"])
+    qdrant.finalize()
+    assert qdrant.count() == len(PAYLOADS) - 1 and CHUNK_IDS[1] not in qdrant.chunk_ids()
+    assert CHUNK_IDS[1] not in {h.chunk_id for h in qdrant.search_sparse(SPARSE[1], top_k=len(PAYLOADS))}
+    assert CHUNK_IDS[1] not in {h.chunk_id for h in qdrant.search_dense(VECTORS[1], top_k=len(PAYLOADS))}
+    # Deleting and upserting again restores the point with both vectors.
+    qdrant.upsert(PAYLOADS[1:2], dense=VECTORS[1:2], sparse=SPARSE[1:2])
+    qdrant.finalize()
+    assert qdrant.search_sparse(SPARSE[1], top_k=1)[0].chunk_id == CHUNK_IDS[1]
+    assert qdrant.search_dense(VECTORS[1], top_k=1)[0].chunk_id == CHUNK_IDS[1]
+
+
+def test_qdrant_second_open_fails_clearly(qdrant):
+    with pytest.raises(ShardBusyError, match="already open"):
+        QdrantEdgeStore.open(qdrant.directory)
+
+
+def test_qdrant_undeclared_fields(tmp_path):
+    store = QdrantEdgeStore.create(tmp_path / "plain", DIM)
+    store.upsert_dense(PAYLOADS, VECTORS)
+    # Undeclared fields still filter inside the engine (by payload scan) ...
+    hits = store.search_dense(FAR_QUERY, top_k=1, filters=parse_filters({"license": "WTFPL"}))
+    assert [h.chunk_id for h in hits] == [CHUNK_IDS[FAR]]
+    hits = store.search_dense(FAR_QUERY, top_k=1, filters=parse_filters({"stars": 99.5}))
+    assert [h.chunk_id for h in hits] == [CHUNK_IDS[FAR]]
+    # ... except booleans, which this engine version cannot match unless declared.
+    with pytest.raises(FilterError, match="declare it as 'bool'"):
+        store.search_dense(FAR_QUERY, top_k=1, filters=parse_filters({"open_source": False}))
+    store.close()
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_qdrant_filters_on_dotted_and_spaced_keys(tmp_path, declared):
+    # Flattened catalog keys ("relations.requires") are one payload key, not a nested path.
+    fields = {"relations.requires": "keyword", "first author": "keyword"}
+    store = QdrantEdgeStore.create(tmp_path / "keys", None, field_types=fields if declared else None)
+    base = {"section": "body", "title": "", "text": "x", "tenant_id": "t"}
+    store.upsert_sparse(
+        [
+            {**base, "chunk_id": "a#0", "doc_id": "a", "relations.requires": ["samtools"], "first author": "Smith"},
+            {**base, "chunk_id": "b#0", "doc_id": "b", "relations.requires": ["htslib"], "first author": "Jones"},
+        ],
+        [SparseVector(indices=[1], values=[1.0]), SparseVector(indices=[1], values=[2.0])],
+    )
+    store.finalize()
+    query = SparseVector(indices=[1], values=[1.0])
+    for spec, expected in (({"relations.requires": "samtools"}, ["a"]), ({"first author": "Jones"}, ["b"])):
+        assert [h.payload["doc_id"] for h in store.search_sparse(query, 5, parse_filters(spec))] == expected
+    store.close()
+
+
+def test_qdrant_sparse_only_shard(tmp_path):
+    store = QdrantEdgeStore.create(tmp_path / "sparse-only", None)
+    store.upsert_sparse(PAYLOADS, SPARSE)
+    assert store.search_sparse(SPARSE[6], top_k=1)[0].chunk_id == CHUNK_IDS[6]
+    with pytest.raises(ValueError, match="without a dense vector"):
+        store.search_dense(VECTORS[0], top_k=1)
+    store.close()
+
+
+def test_qdrant_optimised_while_writing_answers_as_one_pass(qdrant, tmp_path, monkeypatch):
+    """A build optimised every few points into capped segments (what bounds a large build's
+    memory) holds the same points and ranks exactly as one optimiser pass at the end."""
+    monkeypatch.setattr(QdrantEdgeStore, "optimize_every", 3)
+    store = QdrantEdgeStore.create(tmp_path / "segmented", DIM, field_types=FIELD_TYPES, max_segment_kb=1)
+    store.upsert(PAYLOADS, dense=VECTORS, sparse=SPARSE)
+    store.finalize()
+    assert store.chunk_ids() == set(CHUNK_IDS)
+    for i in range(len(PAYLOADS)):
+        for search, query in ((store.search_dense, VECTORS[i]), (store.search_sparse, SPARSE[i])):
+            got, expected = search(query, top_k=5), getattr(qdrant, search.__name__)(query, top_k=5)
+            assert [h.score for h in got] == pytest.approx([h.score for h in expected], rel=1e-5)
+            # Documents sharing only the common SPARSE term tie; compare ids above that level.
+            assert [h.chunk_id for h in got if h.score > 0.001] == [h.chunk_id for h in expected if h.score > 0.001]
+    store.close()
+
+
+def test_qdrant_deferred_optimising_waits_for_enough_points_across_copies(qdrant, tmp_path, monkeypatch):
+    """A delta's few points wait for the optimiser until ``optimize_every`` have been written
+    since its last pass, counted across reopened copies, and are searched exactly meanwhile."""
+    monkeypatch.setattr(QdrantEdgeStore, "optimize_every", len(PAYLOADS) + 2)
+    path = tmp_path / "deferred"
+    store = QdrantEdgeStore.create(path, DIM, field_types=FIELD_TYPES)
+    store.upsert(PAYLOADS, dense=VECTORS, sparse=SPARSE)
+    store.finalize(defer_optimizing=True)
+    for i in range(len(PAYLOADS)):
+        got, expected = store.search_dense(VECTORS[i], top_k=5), qdrant.search_dense(VECTORS[i], top_k=5)
+        assert [h.chunk_id for h in got] == [h.chunk_id for h in expected]
+    store.close()
+    assert json.loads((path / "manifest.json").read_text())["unoptimized_points"] == len(PAYLOADS)
+
+    again = QdrantEdgeStore.open(path)  # as a later delta's copy: the count carries over
+    again.upsert(PAYLOADS[:1], dense=VECTORS[:1], sparse=SPARSE[:1])
+    again.finalize(defer_optimizing=True)
+    assert json.loads((path / "manifest.json").read_text())["unoptimized_points"] == len(PAYLOADS) + 1
+    again.upsert(PAYLOADS[:1], dense=VECTORS[:1], sparse=SPARSE[:1])
+    again.finalize(defer_optimizing=True)  # optimize_every reached: the optimiser has run
+    assert json.loads((path / "manifest.json").read_text())["unoptimized_points"] == 0
+    again.finalize()
+    assert again.chunk_ids() == set(CHUNK_IDS)
+    again.close()

@@ -1,0 +1,1 @@
+"""Tests of the deployment files: the compose file against the Compose specification."""
