@@ -1,6 +1,6 @@
 # Two set-up commands for a fresh machine (Python 3.11, PyPI reachable):
 #   make demo   install, then build the bundled catalog, evaluate it, promote it, and run a sample query
-#   make test   install, then run the test suite
+#   make test   install, then lint (ruff), type-check (mypy), load the definitions and run the test suite
 #   make dev    the Dagster UI on http://localhost:3000 (make dev PORT=3001 for another port)
 PYTHON ?= python3
 VENV := .venv
@@ -29,6 +29,8 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/retrieval-assets run
 
 test: install
+	$(BIN)/ruff check retrieval_assets retrieval_assets_tests data
+	$(BIN)/mypy
 	$(BIN)/dg check defs
 	$(BIN)/pytest -q
 

@@ -11,8 +11,9 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from retrieval_assets.core.models import FusionMethod, SearchRequest, Strategy
 
@@ -22,6 +23,15 @@ def _instance():
     from dagster import DagsterInstance
 
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
+
+
+def _resources() -> Mapping[str, Any]:
+    """The code location's resources (``definitions`` always binds them)."""
+    from retrieval_assets.definitions import defs
+
+    if defs.resources is None:
+        raise RuntimeError("the code location's Definitions bind no resources")
+    return defs.resources
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -36,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # With $DAGSTER_HOME set the runs are recorded where `dagster dev` shows them.
     instance = _instance()
-    resources = defs.resources
+    resources = _resources()
     print(f"Building an index version of the catalog ({resources['catalog'].format}) ...", flush=True)
     build = defs.resolve_job_def("index_build_job").execute_in_process(
         instance=instance, run_config=console.QUIET_RUN_CONFIG, raise_on_error=False
@@ -80,9 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_versions(args: argparse.Namespace) -> int:
     """Every complete index version with its quality and whether it serves."""
-    from retrieval_assets.definitions import defs
-
-    for row in defs.resources["storage"].versions().quality_history():
+    for row in _resources()["storage"].versions().quality_history():
         marker = "*" if row.pop("promoted") else " "
         print(f"{marker} " + "  ".join(f"{key}={value}" for key, value in row.items()))
     return 0
@@ -111,6 +119,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         return 1
     with configured_storage() as storage:
         target = storage.versions().promoted()
+    if target is None:  # a successful rollback_job has promoted a version
+        raise RuntimeError("rollback_job succeeded but no version is promoted")
     print(f"serving {target.id} (was {before.id if before else 'nothing'})")
     return 0
 
@@ -172,9 +182,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from retrieval_assets.serving.server import api_keys_for, run_server
 
     keys = api_keys_for(args.host)
-    from retrieval_assets.definitions import configured_search, defs
+    from retrieval_assets.definitions import configured_search
 
-    catalog = defs.resources["catalog"]
+    catalog = _resources()["catalog"]
     with configured_search() as search:
         run_server(
             search.service,

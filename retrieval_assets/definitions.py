@@ -20,6 +20,7 @@ from dagster import (
     Definitions,
     FreshnessPolicy,
     PreviewWarning,
+    SourceAsset,
     build_resources,
     load_from_defs_folder,
     with_source_code_references,
@@ -73,14 +74,31 @@ def with_shared_asset_settings(loaded: Definitions) -> Definitions:
         return loaded.map_asset_specs(func=shared)
 
 
+def materializable_assets(definitions: Definitions) -> list[AssetsDefinition | AssetSpec | SourceAsset]:
+    """``definitions``' assets, as ``materialize`` takes them: the code location has no cacheable ones."""
+    assets: list[AssetsDefinition | AssetSpec | SourceAsset] = []
+    for asset in definitions.assets or []:
+        if not isinstance(asset, AssetsDefinition | AssetSpec | SourceAsset):
+            raise TypeError(f"{asset!r} is not an asset materialize() runs")
+        assets.append(asset)
+    return assets
+
+
+def code_location_resource(key: str) -> object:
+    """The code location's resource ``key`` as ``defs`` holds it (EnvVar fields unresolved)."""
+    if defs.resources is None:
+        raise RuntimeError("the code location's Definitions hold no resources")
+    return defs.resources[key]
+
+
 defs = with_shared_asset_settings(load_from_defs_folder(path_within_project=PROJECT_ROOT))
-ASSETS = list(defs.assets or [])
+ASSETS = materializable_assets(defs)
 
 
 @contextmanager
 def configured_storage() -> Iterator[IndexStorageResource]:
     """The code location's storage resource with its EnvVar fields (servers, secrets) resolved."""
-    with build_resources({"storage": defs.resources["storage"]}) as built:
+    with build_resources({"storage": code_location_resource("storage")}) as built:
         yield built.storage
 
 
@@ -88,5 +106,5 @@ def configured_storage() -> Iterator[IndexStorageResource]:
 def configured_search() -> Iterator[SearchResource]:
     """The code location's search resource with its EnvVar fields resolved, as a run sees it
     (read straight from ``defs.resources`` they hold the variables' names, not their values)."""
-    with build_resources({"search": defs.resources["search"]}) as built:
+    with build_resources({"search": code_location_resource("search")}) as built:
         yield built.search

@@ -86,10 +86,13 @@ def step_seconds(run: ExecuteInProcessResult, instance: DagsterInstance) -> dict
     started: dict[str, float] = {}
     seconds: dict[str, float] = {}
     for entry in instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
-        if entry.dagster_event.event_type == DagsterEventType.STEP_START:
-            started[entry.step_key] = entry.timestamp
-        elif entry.step_key in started:
-            seconds[entry.step_key] = round(entry.timestamp - started[entry.step_key], 3)
+        step, event = entry.step_key, entry.dagster_event
+        if step is None or event is None:  # never for the step events asked for
+            continue
+        if event.event_type == DagsterEventType.STEP_START:
+            started[step] = entry.timestamp
+        elif step in started:
+            seconds[step] = round(entry.timestamp - started[step], 3)
     return seconds
 
 

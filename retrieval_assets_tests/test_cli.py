@@ -272,7 +272,9 @@ def test_bench_prints_figures_as_the_last_json_line(tiny_beir, tmp_path):
 # --- help -------------------------------------------------------------------------------------
 
 
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     yield path, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -35,7 +35,8 @@ def test_core_imports_no_dagster_and_no_dagster_layer() -> None:
 
 
 def test_serving_imports_no_dagster_layer() -> None:
-    assert _violations("serving", ("retrieval_assets.defs", "retrieval_assets.definitions", "retrieval_assets.runs")) == []
+    dagster_layer = ("retrieval_assets.defs", "retrieval_assets.definitions", "retrieval_assets.runs")
+    assert _violations("serving", dagster_layer) == []
 
 
 def test_the_checker_sees_an_import(tmp_path: Path) -> None:

@@ -118,6 +118,8 @@ def bench_auth(requests: int, rounds: int, queries_file: str | None, json_out: s
     from retrieval_assets.serving import create_app
 
     queries = load_queries(queries_file)
+    if defs.resources is None:
+        raise RuntimeError("the code location's Definitions bind no resources")
     catalog = defs.resources["catalog"]
     token, key = new_key("bench", [catalog.tenant_id], ["search"], requests_per_minute=10_000_000)
     with configured_search() as search:

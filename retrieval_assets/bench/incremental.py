@@ -16,13 +16,13 @@ from typing import Any
 
 from dagster import DagsterInstance
 
-from retrieval_assets.bench.builds import BenchmarkError, sealed
+from retrieval_assets.bench.builds import BenchmarkError, SealedBuild, sealed
 from retrieval_assets.bench.report import emit_figures, peak_rss_mb, scratch_dir
 from retrieval_assets.core.embed.cache import SEGMENT_GLOB, content_hash
-from retrieval_assets.core.ingest.catalog import catalog_file
+from retrieval_assets.core.ingest.catalog import CatalogFormat, catalog_file
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.defs.resources import CatalogResource, IndexBuildResource
-from retrieval_assets.runs import BuildOutcome, build_index, deployment_resources
+from retrieval_assets.runs import build_index, deployment_resources
 
 # What a full build took and which version it sealed, so ``--resume`` can time re-runs against it.
 FULL_BUILD_RECORD = "full_build.json"
@@ -30,7 +30,7 @@ FULL_BUILD_RECORD = "full_build.json"
 
 def bench_incremental(
     dataset: Path,
-    catalog_format: str,
+    catalog_format: CatalogFormat,
     requested_workdir: str | None,
     changed_fraction: float,
     changed_runs: int,
@@ -58,7 +58,7 @@ def cache_segments(home: Path) -> dict[str, int]:
 
 def run_incremental_benchmark(
     dataset: Path,
-    catalog_format: str,
+    catalog_format: CatalogFormat,
     workdir: Path,
     changed_fraction: float = 0.01,
     changed_runs: int = 1,
@@ -83,15 +83,20 @@ def run_incremental_benchmark(
     catalog = CatalogResource(format=catalog_format, path=str(catalog_dir if catalog_format == "beir" else working))
     home = workdir / "home"
     resources = deployment_resources(home, catalog)
+    # The ignore below: dagster's dataclass_transform (BaseResourceMeta) types the resource's
+    # __init__ from its own fields only, not those inherited from IndexBuildSettings (a pydantic model).
     rebuild_in_full = deployment_resources(
-        home, catalog, resources["models"], build=IndexBuildResource(delta_max_changed_fraction=0.0)
+        home,
+        catalog,
+        resources["models"],
+        build=IndexBuildResource(delta_max_changed_fraction=0.0),  # type: ignore[call-arg]
     )
     versions = resources["storage"].versions()
     instance = DagsterInstance.ephemeral()
     # Models are loaded once beforehand, as a long-lived process holds them.
     resources["models"].dense_encoder(), resources["models"].sparse_encoder()
 
-    def timed_build(with_resources: dict[str, Any] = resources) -> tuple[float, BuildOutcome]:
+    def timed_build(with_resources: dict[str, Any] = resources) -> tuple[float, SealedBuild]:
         started = time.perf_counter()
         outcome = sealed(build_index(with_resources, instance))
         seconds = time.perf_counter() - started

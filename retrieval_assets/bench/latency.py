@@ -1,4 +1,5 @@
-"""``retrieval-assets bench-latency``: query P50/P95 per backend (bm25, dense, splade, hybrid) over one built version."""
+"""``retrieval-assets bench-latency``: query P50/P95 per backend (bm25, dense, splade, hybrid) over
+one built version."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ class ParquetIOManager(ConfigurableIOManager):
         return Path(self.base_dir, *context.asset_key.path).with_suffix(suffix)
 
     def handle_output(self, context: OutputContext, obj: pd.DataFrame | Any) -> None:
-        if dataclasses.is_dataclass(obj):
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             record = {"type": f"{type(obj).__module__}:{type(obj).__qualname__}", "fields": dataclasses.asdict(obj)}
             path = write_json(record, self._path(context, ".json"))
         else:

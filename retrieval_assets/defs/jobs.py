@@ -76,7 +76,7 @@ class RollbackConfig(Config):
     """Which version ``rollback_job`` serves again."""
 
     to_version: str | None = Field(
-        None, description="The version to serve; unset: the version promoted before the current one."
+        default=None, description="The version to serve; unset: the version promoted before the current one."
     )
 
 

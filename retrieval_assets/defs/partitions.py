@@ -14,7 +14,9 @@ from retrieval_assets.core.embed.cache import content_hash
 
 SHARD_COUNT = 8
 
-catalog_sources = DynamicPartitionsDefinition(name="catalog_sources")
+# The dynamic partitions' name, by which the instance stores their keys.
+CATALOG_SOURCES = "catalog_sources"
+catalog_sources = DynamicPartitionsDefinition(name=CATALOG_SOURCES)
 hash_shards = StaticPartitionsDefinition([f"{shard:02d}" for shard in range(SHARD_COUNT)])
 source_shards = MultiPartitionsDefinition({"source": catalog_sources, "shard": hash_shards})
 

@@ -74,30 +74,34 @@ class CatalogResource(ConfigurableResource):
     queries), plus every catalog that appears in ``sources_dir``, each its own tenant."""
 
     format: Literal["tool_catalog", "beir"] = Field(
-        "beir", description="The main catalog's format: a BEIR directory or a JSONL tool catalog."
+        default="beir", description="The main catalog's format: a BEIR directory or a JSONL tool catalog."
     )
-    path: str = Field(str(DEFAULT_CATALOG), description="The main catalog: a BEIR directory or a .jsonl(.gz) file.")
-    tenant_id: str = Field("default", description="Tenant of the main catalog's records that name none.")
+    path: str = Field(
+        default=str(DEFAULT_CATALOG), description="The main catalog: a BEIR directory or a .jsonl(.gz) file."
+    )
+    tenant_id: str = Field(default="default", description="Tenant of the main catalog's records that name none.")
     gold_path: str | None = Field(
-        None,
+        default=None,
         description="A BEIR directory with queries.jsonl and qrels/ (the gold queries); unset: path for a "
         "BEIR catalog, none for a tool catalog.",
     )
     sources_dir: str | None = Field(
-        None,
+        default=None,
         description="A folder of extra catalogs, each a BEIR directory or a .jsonl(.gz) tool catalog, named "
         "after it and its own tenant.",
     )
     inbox_dir: str | None = Field(
-        None,
+        default=None,
         description="The document inbox (POST /documents), read as one more source and applied after the "
         "catalogs; the code location points it at the storage home's inbox.",
     )
     inbox_build_interval_seconds: int = Field(
-        30, ge=0, description="document_inbox_sensor starts at most one build per this many seconds."
+        default=30, ge=0, description="document_inbox_sensor starts at most one build per this many seconds."
     )
     inbox_build_at_pending: int = Field(
-        100, ge=1, description="document_inbox_sensor starts a build at once when this many documents are pending."
+        default=100,
+        ge=1,
+        description="document_inbox_sensor starts a build at once when this many documents are pending.",
     )
 
     def inbox(self) -> DocumentInbox | None:
@@ -190,49 +194,54 @@ class IndexStorageResource(ConfigurableResource):
     default (``ServerSettings``); the code location sets each one whose variable is set."""
 
     home: str = Field(
-        str(default_home()), description="Where artifacts, caches and index versions live ($RETRIEVAL_ASSETS_HOME)."
+        default=str(default_home()),
+        description="Where artifacts, caches and index versions live ($RETRIEVAL_ASSETS_HOME).",
     )
     keep_versions: int = Field(
-        DEFAULT_KEEP, description="Sealed versions kept besides the promoted one and its predecessor (for rollback)."
+        default=DEFAULT_KEEP,
+        description="Sealed versions kept besides the promoted one and its predecessor (for rollback).",
     )
-    qdrant_url: str | None = Field(None, description="A Qdrant server, used when set (QDRANT_URL).")
-    qdrant_api_key: str | None = Field(None, description="The Qdrant server's API key (QDRANT_API_KEY).")
+    qdrant_url: str | None = Field(default=None, description="A Qdrant server, used when set (QDRANT_URL).")
+    qdrant_api_key: str | None = Field(default=None, description="The Qdrant server's API key (QDRANT_API_KEY).")
     qdrant_ca_certs: str | None = Field(
-        None, description="CA bundle the Qdrant server's TLS certificate is checked against (QDRANT_CA_CERTS)."
+        default=None, description="CA bundle the Qdrant server's TLS certificate is checked against (QDRANT_CA_CERTS)."
     )
-    opensearch_url: str | None = Field(None, description="An OpenSearch server, used when set (OPENSEARCH_URL).")
-    opensearch_user: str | None = Field(None, description="OpenSearch basic-auth user (OPENSEARCH_USER).")
+    opensearch_url: str | None = Field(
+        default=None, description="An OpenSearch server, used when set (OPENSEARCH_URL)."
+    )
+    opensearch_user: str | None = Field(default=None, description="OpenSearch basic-auth user (OPENSEARCH_USER).")
     opensearch_password: str | None = Field(
-        None, description="OpenSearch basic-auth password (OPENSEARCH_PASSWORD)."
+        default=None, description="OpenSearch basic-auth password (OPENSEARCH_PASSWORD)."
     )
-    opensearch_api_key: str | None = Field(None, description="OpenSearch API key (OPENSEARCH_API_KEY).")
+    opensearch_api_key: str | None = Field(default=None, description="OpenSearch API key (OPENSEARCH_API_KEY).")
     opensearch_ca_certs: str | None = Field(
-        None, description="CA bundle the OpenSearch server's TLS certificate is checked against (OPENSEARCH_CA_CERTS)."
+        default=None,
+        description="CA bundle the OpenSearch server's TLS certificate is checked against (OPENSEARCH_CA_CERTS).",
     )
     # A string, as its variable gives it: Dagster has no boolean EnvVar.
     opensearch_verify_certs: str | None = Field(
-        None,
+        default=None,
         description="false skips OpenSearch TLS verification, never in production; unset: true "
         "(OPENSEARCH_VERIFY_CERTS).",
     )
     opensearch_replicas: int | None = Field(
-        None,
+        default=None,
         description="Replicas per OpenSearch shard after a build; 0 on a single node; unset: 1 (OPENSEARCH_REPLICAS).",
     )
     opensearch_snapshot_repository: str | None = Field(
-        None,
+        default=None,
         description="An OpenSearch snapshot repository each promoted version is snapshotted into "
         "(OPENSEARCH_SNAPSHOT_REPOSITORY).",
     )
     server_alias: str | None = Field(
-        None,
+        default=None,
         description=(
             'The alias clients query on the servers; versions are "{alias}-{version}"; unset: retrieval_chunks.'
         ),
     )
-    server_max_retries: int | None = Field(None, description="Retries of a failed server call; unset: 5.")
+    server_max_retries: int | None = Field(default=None, description="Retries of a failed server call; unset: 5.")
     server_initial_backoff_s: float | None = Field(
-        None, description="Seconds before the first retry of a server call, doubled after each; unset: 0.5."
+        default=None, description="Seconds before the first retry of a server call, doubled after each; unset: 0.5."
     )
 
     @property
@@ -290,11 +299,12 @@ class IndexBuildResource(ConfigurableResource, IndexBuildSettings):
     """What an index version holds besides the chunk indexes (part of its fingerprint), and how it is built."""
 
     vocabulary: VocabularyConfig = Field(
-        VocabularyConfig(), description="The vocabulary whose embedded terms lexical query expansion picks from."
+        default=VocabularyConfig(),
+        description="The vocabulary whose embedded terms lexical query expansion picks from.",
     )
     # The search resource reads them from here, so queries and records are tokenised alike.
     context_tokens: ContextTokenConfig = Field(
-        ContextTokenConfig(), description="File-extension and metadata mappings to format: tokens."
+        default=ContextTokenConfig(), description="File-extension and metadata mappings to format: tokens."
     )
 
 
@@ -320,26 +330,32 @@ class SearchResource(ConfigurableResource, RetrievalOptions):
     storage: IndexStorageResource = Field(description="Where the index versions live, and the servers to query.")
     models: ModelResource = Field(description="The query encoders (the same models the indexes were built with).")
     build: IndexBuildResource | None = Field(
-        None,
+        default=None,
         description="Where the context-token mapping the records were indexed with comes from; "
         "unset: the default mapping. The code location passes its build resource.",
     )
-    fusion: FusionConfig = Field(FusionConfig(), description="How the strategies' rankings are fused.")
-    expansion: ExpansionConfig = Field(ExpansionConfig(), description="Vocabulary expansion of the lexical query.")
-    rerank: RerankConfig = Field(RerankConfig(), description="The cross-encoder rerank of the head of the list.")
-    graph: GraphConfig = Field(GraphConfig(), description="Graph expansion: related tools from the top hits.")
+    fusion: FusionConfig = Field(default=FusionConfig(), description="How the strategies' rankings are fused.")
+    expansion: ExpansionConfig = Field(
+        default=ExpansionConfig(), description="Vocabulary expansion of the lexical query."
+    )
+    rerank: RerankConfig = Field(
+        default=RerankConfig(), description="The cross-encoder rerank of the head of the list."
+    )
+    graph: GraphConfig = Field(default=GraphConfig(), description="Graph expansion: related tools from the top hits.")
     multi_query: MultiQueryConfig = Field(
-        MultiQueryConfig(), description="Reformulations (feedback, expansion, an LLM) searched and fused by RRF."
+        default=MultiQueryConfig(),
+        description="Reformulations (feedback, expansion, an LLM) searched and fused by RRF.",
     )
     query_batching: QueryBatchingConfig = Field(
-        QueryBatchingConfig(),
+        default=QueryBatchingConfig(),
         description="Concurrent requests sharing query-encoder calls; max_wait_ms=0 turns it off.",
     )
     llm_api_key: str | None = Field(
-        None, description="The key of the multi_query LLM endpoint: set it as an EnvVar (RETRIEVAL_LLM_API_KEY)."
+        default=None,
+        description="The key of the multi_query LLM endpoint: set it as an EnvVar (RETRIEVAL_LLM_API_KEY).",
     )
     learned_configuration: bool = Field(
-        True,
+        default=True,
         description="Serve each version with the configuration learned for it from the gold queries (the "
         "retrieval_configuration asset), once the promotion gate passed with it; false: always the settings above.",
     )

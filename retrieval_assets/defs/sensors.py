@@ -20,7 +20,7 @@ from dagster import (
 
 from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
 from retrieval_assets.defs.jobs import document_update_job, evaluation_job
-from retrieval_assets.defs.partitions import catalog_sources
+from retrieval_assets.defs.partitions import CATALOG_SOURCES, catalog_sources
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource
 
 UNFINISHED = [
@@ -105,7 +105,7 @@ def document_inbox_sensor(context: SensorEvaluationContext, catalog: CatalogReso
     description="Adds a catalog_sources partition for every configured or newly dropped-in catalog, and the inbox.",
 )
 def catalog_source_sensor(context: SensorEvaluationContext, catalog: CatalogResource):
-    known = set(context.instance.get_dynamic_partitions(catalog_sources.name))
+    known = set(context.instance.get_dynamic_partitions(CATALOG_SOURCES))
     new = [name for name in catalog.sources() if name not in known]
     if not new:
         return SkipReason("no new catalog source")

@@ -1,4 +1,5 @@
-"""Serving: the HTTP API over the query resource (``app``, its ``routes``), its API keys (``auth``), and ``serve``'s start-up (``server``).
+"""Serving: the HTTP API over the query resource (``app``, its ``routes``), its API keys (``auth``),
+and ``serve``'s start-up (``server``).
 
 Nothing here imports the Dagster layer: ``retrieval-assets serve`` (cli.py) hands ``create_app``
 the configured search resource's ``SearchService``.

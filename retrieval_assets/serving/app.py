@@ -174,4 +174,6 @@ def create_app(
 
 def _route_template(routes: Sequence[BaseRoute], scope: ASGIScope) -> str | None:
     """The path template of the route that would answer ``scope``."""
-    return next((route.path for route in routes if isinstance(route, Route) and route.matches(scope)[0] is Match.FULL), None)
+    return next(
+        (route.path for route in routes if isinstance(route, Route) and route.matches(scope)[0] is Match.FULL), None
+    )

@@ -122,7 +122,11 @@ def new_key(
     """A fresh token and the record the server keeps of it."""
     token = f"{TOKEN_PREFIX}.{key_id}.{secrets.token_urlsafe(32)}"
     key = ApiKey(
-        id=key_id, sha256=digest(token), tenants=list(tenants), scopes=list(scopes), requests_per_minute=requests_per_minute
+        id=key_id,
+        sha256=digest(token),
+        tenants=list(tenants),
+        scopes=list(scopes),
+        requests_per_minute=requests_per_minute,
     )
     return token, key
 
@@ -262,7 +266,9 @@ def revoke_key(path: Path, key_id: str) -> None:
 
 # The app's side: the bearer scheme, the middleware that authenticates, the routes' dependency.
 
-_BEARER = HTTPBearer(auto_error=False, scheme_name="apiKey", description="an API key (`retrieval-assets api-key create`)")
+_BEARER = HTTPBearer(
+    auto_error=False, scheme_name="apiKey", description="an API key (`retrieval-assets api-key create`)"
+)
 
 
 # What a caller without a key may read: readiness and the contract.

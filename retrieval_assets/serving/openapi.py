@@ -31,7 +31,8 @@ def _contract(openapi: dict[str, Any], secured: bool) -> dict[str, Any]:
                 responses.update(_auth_responses(json_error))
             if "requestBody" in operation:
                 responses["413"] = {
-                    "description": "request body too large (the body-limit middleware: plain text, JSON for a chunked body)",
+                    "description": "request body too large "
+                    "(the body-limit middleware: plain text, JSON for a chunked body)",
                     "content": {"text/plain": {"schema": {"type": "string"}}, **json_error},
                 }
             elif not operation.get("parameters"):
@@ -60,7 +61,10 @@ def _auth_responses(json_error: dict[str, Any]) -> dict[str, Any]:
             "headers": {"WWW-Authenticate": header},
             "content": json_error,
         },
-        "403": {"description": "the key lacks the route's scope, or names a tenant it is not granted", "content": json_error},
+        "403": {
+            "description": "the key lacks the route's scope, or names a tenant it is not granted",
+            "content": json_error,
+        },
         "429": {
             "description": "the key is over its requests per minute; `Retry-After` says in how many seconds to retry",
             "headers": {"Retry-After": {"schema": {"type": "integer"}}},

@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonDict
 
 from retrieval_assets.core.ingest.cleaning import DEFAULT_MAX_TEXT_CHARS
 from retrieval_assets.core.ingest.inbox import DocumentStatus, InboxOperation
@@ -125,7 +126,9 @@ class _SearchFields(BaseModel):
     rerank: bool | None = None
     expand: bool | None = None
     multi_query: bool | None = None
-    context_files: list[Annotated[str, Field(max_length=255)]] = Field(default_factory=list, max_length=MAX_CONTEXT_ITEMS)
+    context_files: list[Annotated[str, Field(max_length=255)]] = Field(
+        default_factory=list, max_length=MAX_CONTEXT_ITEMS
+    )
 
     @field_validator("query")
     @classmethod
@@ -206,11 +209,14 @@ DocumentTenantParam = Annotated[
 KEPT_CHARACTER = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\\{}$%&~^_#]"
 # A metadata key cleaning takes: it ends with a character that is neither a space nor a dot.
 METADATA_KEY = r"[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000.]$"
-_CLOSED = {"additionalProperties": False}  # keys must match the key pattern, not merely be checked when they do
+# keys must match the key pattern, not merely be checked when they do
+_CLOSED: JsonDict = {"additionalProperties": False}
 Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]  # every store keeps integers as int64
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**63), le=2**63 - 1)]
 MetadataKey = Annotated[str, Field(pattern=METADATA_KEY)]
-MetadataValue = StrictStr | Int64 | FiniteFloat | StrictBool | list[StrictStr | StrictInt | FiniteFloat | StrictBool | None] | None
+MetadataValue = (
+    StrictStr | Int64 | FiniteFloat | StrictBool | list[StrictStr | StrictInt | FiniteFloat | StrictBool | None] | None
+)
 DocumentId = Annotated[StrictStr, Field(pattern=NOT_ONLY_SPACE)] | StrictInt
 DocumentText = Annotated[StrictStr, Field(max_length=DEFAULT_MAX_TEXT_CHARS, pattern=KEPT_CHARACTER)]
 
@@ -226,7 +232,10 @@ class ToolRecord(BaseModel):
     description: DocumentText
     keywords: list[StrictStr] = []
     metadata: Annotated[
-        dict[MetadataKey, MetadataValue | Annotated[dict[MetadataKey, MetadataValue], Field(json_schema_extra=_CLOSED)]],
+        dict[
+            MetadataKey,
+            MetadataValue | Annotated[dict[MetadataKey, MetadataValue], Field(json_schema_extra=_CLOSED)],
+        ],
         Field(json_schema_extra=_CLOSED, description="scalars, lists of them, or one level of objects of those"),
     ] = {}
     relations: dict[StrictStr, list[StrictStr | StrictInt]] = {}
@@ -247,9 +256,9 @@ class BeirRecord(BaseModel):
     model_config = ConfigDict(
         extra="allow", regex_engine="python-re", json_schema_extra={"propertyNames": {"pattern": METADATA_KEY}}
     )
-    __pydantic_extra__: dict[str, StrictStr | Int64 | FiniteFloat | StrictBool | list[Any] | dict[str, Any] | None] = Field(
-        init=False
-    )
+    __pydantic_extra__: dict[
+        str, StrictStr | Int64 | FiniteFloat | StrictBool | list[Any] | dict[str, Any] | None
+    ] = Field(init=False)
 
     id: DocumentId = Field(alias="_id")
     title: StrictStr | None = None
@@ -261,7 +270,9 @@ class BeirRecord(BaseModel):
     @model_validator(mode="after")
     def _names_are_metadata_keys(self) -> "BeirRecord":
         if any(not re.search(METADATA_KEY, name) for name in self.model_extra or {}):
-            raise ValueError("a field name must end with a character that is neither a space nor a dot (it becomes a metadata key)")
+            raise ValueError(
+                "a field name must end with a character that is neither a space nor a dot (it becomes a metadata key)"
+            )
         return self
 
 

@@ -1,4 +1,5 @@
-"""``retrieval-assets serve``'s start-up policy: who may bind where, admission limits, a frozen heap, one uvicorn process.
+"""``retrieval-assets serve``'s start-up policy: who may bind where, admission limits, a frozen heap,
+one uvicorn process.
 
 uvicorn runs in one process: the embedded Qdrant shard allows one open handle per process, and
 requests share the retriever's threads.

@@ -19,7 +19,9 @@ def test_bench_auth_times_both_arms_in_alternating_rounds(tmp_path_factory: pyte
     token, key = new_key("bench", ["alpha"], ["search"], requests_per_minute=10_000_000)
     home = tmp_path_factory.mktemp("bench_auth_home")
     apps = [create_app(service, home=home, catalog_format="tool_catalog", keys=keys) for keys in (None, ApiKeys([key]))]
-    figures = measure_auth_overhead(*apps, token, "alpha", ["align reads", "medical image viewer"], requests=6, rounds=3)
+    figures = measure_auth_overhead(
+        *apps, token, "alpha", ["align reads", "medical image viewer"], requests=6, rounds=3
+    )
     assert figures["requests_per_arm"] == 6 and figures["concurrency"] == 1
     for arm in ("open", "open_tenant", "with_key"):
         assert len(figures[f"rounds_{arm}"]) == 3 and 0 < figures[f"p50_{arm}_ms"] <= figures[f"p95_{arm}_ms"]

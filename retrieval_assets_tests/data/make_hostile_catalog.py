@@ -19,7 +19,11 @@ Row = tuple[str, bytes, str | None]
 
 
 def _tool(tool_id: object = "good-1", **fields: object) -> bytes:
-    record: dict[str, object] = {"id": tool_id, "name": "Good aligner", "description": "Maps sequencing reads to a genome."}
+    record: dict[str, object] = {
+        "id": tool_id,
+        "name": "Good aligner",
+        "description": "Maps sequencing reads to a genome.",
+    }
     record.update(fields)
     return json.dumps({k: v for k, v in record.items() if v is not _DROP}, ensure_ascii=False).encode()
 
@@ -37,12 +41,30 @@ def _nested(depth: int) -> object:
 def hostile_rows() -> list[Row]:
     return [
         # Good rows: kept, cleaned.
-        ("good", _tool("good-1", keywords=["read mapping"], tenant_id="lab-a", metadata={"year": "2019", "site": {"url": "x"}}), None),
+        (
+            "good",
+            _tool(
+                "good-1", keywords=["read mapping"], tenant_id="lab-a", metadata={"year": "2019", "site": {"url": "x"}}
+            ),
+            None,
+        ),
         ("good_minimal", _tool("good-2", name="Minimal", description="Sorts alignments."), None),
         ("good_integer_id", _tool(42, name="Integer id", description="An id given as a JSON integer."), None),
-        ("control_characters", _tool("ctrl-1", name="Ctrl\u0000tool", description="Text\u0007 with\u001b controls\u007f here."), None),
-        ("latex_and_nfkc", _tool("tex-1", name="\ufb01le tool", description=r"Computes $\alpha$-helix \emph{content}."), None),
-        ("reserved_metadata_key", _tool("meta-1", description="Metadata named like a payload field.", metadata={"doc_id": "x"}), None),
+        (
+            "control_characters",
+            _tool("ctrl-1", name="Ctrl\u0000tool", description="Text\u0007 with\u001b controls\u007f here."),
+            None,
+        ),
+        (
+            "latex_and_nfkc",
+            _tool("tex-1", name="\ufb01le tool", description=r"Computes $\alpha$-helix \emph{content}."),
+            None,
+        ),
+        (
+            "reserved_metadata_key",
+            _tool("meta-1", description="Metadata named like a payload field.", metadata={"doc_id": "x"}),
+            None,
+        ),
         ("bidi_and_zero_width", _tool("bidi-1", name="RTL \u202e tool", description="zero\u200bwidth text"), None),
         # Line-level damage.
         ("malformed_json", b'{"id": "bad-json", "name": "Broken', "malformed_json"),

@@ -90,7 +90,9 @@ def test_build_killed_at_each_phase_converges_and_serving_never_moves(
     assert (home / "indexes" / "promoted.json").read_bytes() == pointer
     assert _answers(versions.promoted().layout, encoders) == answers
 
-    resources = deployment_resources(home, CatalogResource(format="tool_catalog", path=str(catalog)), build=SMALL_BLOCKS)
+    resources = deployment_resources(
+        home, CatalogResource(format="tool_catalog", path=str(catalog)), build=SMALL_BLOCKS
+    )
     resumed, resumed_version = build_catalog(home, catalog, build=SMALL_BLOCKS)
     assert resumed_version.id == expected.id
     assert backend_chunk_ids(resumed_version) == backend_chunk_ids(expected)

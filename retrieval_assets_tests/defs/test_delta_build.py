@@ -110,7 +110,11 @@ def _assert_same_hits(got: list[tuple[str, float]], expected: list[tuple[str, fl
 def _assert_same_version(delta: IndexVersion, full: IndexVersion, models: ModelResource) -> None:
     assert backend_chunk_ids(delta) == backend_chunk_ids(full)
     for index in ("faiss", "qdrant", "lexical"):
-        built = {key: value for key, value in read_build_manifest(getattr(delta.layout, index)).items() if key != "base_version"}
+        built = {
+            key: value
+            for key, value in read_build_manifest(getattr(delta.layout, index)).items()
+            if key != "base_version"
+        }
         assert built == read_build_manifest(getattr(full.layout, index)), index
     for table in ("vocabulary", "vocabulary_counts", "graph", "chunks"):
         pd.testing.assert_frame_equal(

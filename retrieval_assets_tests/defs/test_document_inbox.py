@@ -109,7 +109,12 @@ def test_posted_documents_are_built_evaluated_promoted_and_archived(served, tmp_
         corpus[0]["_id"]: (InboxOutcome.REJECTED, "duplicate_id", promoted.id),
     }
     statuses = {e.doc_id: document_status(e, promoted).status for e in inbox.archived()}
-    assert statuses == {"posted-1": "indexed", changed["_id"]: "indexed", deleted["_id"]: "deleted", corpus[0]["_id"]: "rejected"}
+    assert statuses == {
+        "posted-1": "indexed",
+        changed["_id"]: "indexed",
+        deleted["_id"]: "deleted",
+        corpus[0]["_id"]: "rejected",
+    }
 
     assert _found(resources, "axolotl limb regeneration positional memory")[0] == "posted-1"
     assert _found(resources, "zebrafish heart cryoinjury epicardial")[0] == changed["_id"]

@@ -158,7 +158,8 @@ def _variants(tools: list[dict], copies: int) -> list[dict]:
 def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Path, capsys) -> None:
     from retrieval_assets.cli import main
 
-    assert main(["bench-incremental", "--dataset", str(tiny_beir), "--workdir", str(tmp_path), "--changed-fraction", "0.2"]) == 0
+    arguments = ["--dataset", str(tiny_beir), "--workdir", str(tmp_path), "--changed-fraction", "0.2"]
+    assert main(["bench-incremental", *arguments]) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"full_seconds", "noop_seconds", "one_percent_seconds", "peak_rss_mb", "reembedded_chunks_noop",
             "reembedded_chunks_one_percent"} <= set(figures)

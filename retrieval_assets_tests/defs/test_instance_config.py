@@ -28,6 +28,7 @@ def test_instance_config_retries_and_pools(config: str, tmp_path: Path, monkeypa
 
 
 def test_index_writers_share_one_pool() -> None:
-    pools = {node.name: node.definition.pool for node in defs.resolve_job_def("index_build_job").graph.node_dict.values()}
-    pools |= {node.name: node.definition.pool for node in defs.resolve_job_def("evaluation_job").graph.node_dict.values()}
+    pools = {}
+    for job_name in ("index_build_job", "evaluation_job"):
+        pools |= {node.name: node.definition.pool for node in defs.resolve_job_def(job_name).graph.node_dict.values()}
     assert {name for name, pool in pools.items() if pool == "index_writes"} == INDEX_WRITERS

@@ -28,7 +28,8 @@ def test_an_input_reads_the_columns_and_backend_it_declares(manager) -> None:
     pd.testing.assert_frame_equal(_load(manager), FRAME)
     assert list(_load(manager, columns=["chunk_id"]).columns) == ["chunk_id"]
     arrow = _load(manager, dtype_backend="pyarrow")
-    assert isinstance(arrow["embedding"].dtype, pd.ArrowDtype) and pa.types.is_list(arrow["embedding"].dtype.pyarrow_dtype)
+    assert isinstance(arrow["embedding"].dtype, pd.ArrowDtype)
+    assert pa.types.is_list(arrow["embedding"].dtype.pyarrow_dtype)
 
 
 def test_a_deferred_input_is_read_only_when_asked(manager, tmp_path) -> None:
@@ -42,7 +43,9 @@ def test_a_deferred_input_is_read_only_when_asked(manager, tmp_path) -> None:
 def test_a_deferred_input_reads_what_it_declares(manager) -> None:
     table = _load(manager, deferred=True, columns=["chunk_id", "doc_id"])
     pd.testing.assert_frame_equal(table.read(), FRAME[["chunk_id", "doc_id"]])
-    pd.testing.assert_frame_equal(table.read_where("chunk_id", ["b#0"]), FRAME[["chunk_id", "doc_id"]].iloc[1:].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        table.read_where("chunk_id", ["b#0"]), FRAME[["chunk_id", "doc_id"]].iloc[1:].reset_index(drop=True)
+    )
     assert table.column("chunk_id").tolist() == ["a#0", "b#0"]
 
 

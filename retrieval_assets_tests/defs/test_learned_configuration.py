@@ -20,13 +20,22 @@ from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets_tests.defs.tables import undescribed_columns
 
 # Guards that let any training gain through, so that a change is learned from forty queries.
-PERMISSIVE = {"folds": 4, "min_queries": 10, "depths": [100], "weights": [0.0, 1.0], "min_gain": 0.0, "significance": 0.99}
+PERMISSIVE = {
+    "folds": 4,
+    "min_queries": 10,
+    "depths": [100],
+    "weights": [0.0, 1.0],
+    "min_gain": 0.0,
+    "significance": 0.99,
+}
 
 
 def _evaluate(home: Path, catalog: Path, version: str, instance: DagsterInstance, tuning: dict) -> dict:
     resources = deployment_resources(home, CatalogResource(format="beir", path=str(catalog)))
     # A deployment configured with its weakest strategy alone: there is something to learn.
-    resources["search"] = SearchResource(storage=resources["storage"], models=resources["models"], strategies=["splade"])
+    resources["search"] = SearchResource(
+        storage=resources["storage"], models=resources["models"], strategies=["splade"]
+    )
     run = run_selection(
         EVALUATION,
         resources,
@@ -54,7 +63,14 @@ def deployment(gold_build: dict) -> dict:
     root, catalog, home, version = gold_build["root"], gold_build["catalog"], gold_build["home"], gold_build["version"]
     instance = DagsterInstance.ephemeral()
     metadata = _evaluate(home, catalog, version.id, instance, PERMISSIVE)
-    return {"root": root, "home": home, "catalog": catalog, "version": version, "instance": instance, "metadata": metadata}
+    return {
+        "root": root,
+        "home": home,
+        "catalog": catalog,
+        "version": version,
+        "instance": instance,
+        "metadata": metadata,
+    }
 
 
 def test_the_learned_configuration_is_evaluated_gated_and_promoted(deployment: dict) -> None:
@@ -85,11 +101,16 @@ def test_the_folds_and_configurations_tables_describe_every_column(deployment: d
 
 
 def test_serving_uses_the_configuration_the_gate_passed_with(deployment: dict) -> None:
-    resources = deployment_resources(deployment["home"], CatalogResource(format="beir", path=str(deployment["catalog"])))
+    resources = deployment_resources(
+        deployment["home"], CatalogResource(format="beir", path=str(deployment["catalog"]))
+    )
     learned = RetrievalConfiguration.model_validate(deployment["version"].learned_configuration()["configuration"])
     for enabled, strategies in ((True, learned.strategies), (False, ["splade"])):
         search = SearchResource(
-            storage=resources["storage"], models=resources["models"], strategies=["splade"], learned_configuration=enabled
+            storage=resources["storage"],
+            models=resources["models"],
+            strategies=["splade"],
+            learned_configuration=enabled,
         )
         try:
             assert search.retriever().settings.strategies == strategies
@@ -122,7 +143,8 @@ def test_the_document_update_job_takes_the_promoted_configuration(deployment: di
     learned = candidate.learned_configuration()
     assert learned["reused_from"] == deployment["version"].id and learned["reason"].startswith("reused from")
     assert learned["configuration"] == deployment["version"].learned_configuration()["configuration"]
-    assert metadata["retrieval_configuration"]["tuning_seconds"] == deployment["version"].learned_configuration()["seconds"]
+    tuning_seconds = deployment["version"].learned_configuration()["seconds"]
+    assert metadata["retrieval_configuration"]["tuning_seconds"] == tuning_seconds
     # The gate compared the candidate with the promoted version query by query, on the same gold queries.
     gate = metadata["promotion_gate"]
     assert gate["ci_low/ndcg@10"] <= gate["ci_high/ndcg@10"] and 0.0 <= gate["p_value/ndcg@10"] <= 1.0

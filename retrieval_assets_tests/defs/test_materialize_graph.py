@@ -111,7 +111,8 @@ def test_real_query_finds_the_expected_document(built, tiny_beir: Path) -> None:
     top = result.hits[0]
     assert top.chunk_id.startswith(f"{top.doc_id}#")
     assert set(top.strategy_scores) <= {"bm25", "splade", "dense"} and top.strategy_scores
-    assert result.strategies == list(RetrievalSettings().strategies) and result.fusion == RetrievalSettings().fusion.method
+    assert result.strategies == list(RetrievalSettings().strategies)
+    assert result.fusion == RetrievalSettings().fusion.method
 
 
 def test_every_table_column_in_the_run_is_described(built) -> None:

@@ -47,7 +47,8 @@ def test_every_column_of_a_stored_table_is_described(asset: str) -> None:
 
 def test_a_table_may_describe_a_column_its_own_way() -> None:
     edges = pd.DataFrame(columns=EDGE_COLUMNS)
-    [source] = [column for column in table_schema(edges, descriptions=EDGE_DESCRIPTIONS).columns if column.name == "source"]
+    columns = table_schema(edges, descriptions=EDGE_DESCRIPTIONS).columns
+    [source] = [column for column in columns if column.name == "source"]
     assert source.description == EDGE_DESCRIPTIONS["source"]
     [raw_source] = [column for column in table_schema(empty_frame(RAW_ROW_COLUMNS)).columns if column.name == "source"]
     assert raw_source.description != source.description

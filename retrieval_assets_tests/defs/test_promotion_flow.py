@@ -124,7 +124,9 @@ def test_candidate_is_evaluated_promoted_refused_and_rolled_back(deployment: Dep
     history = [row["version"] for row in versions.quality_history()]
     assert history == [first.version, broken, second]
 
-    rolled_back = rollback_job.execute_in_process(resources={"storage": deployment.storage}, instance=deployment.instance)
+    rolled_back = rollback_job.execute_in_process(
+        resources={"storage": deployment.storage}, instance=deployment.instance
+    )
     assert rolled_back.success and versions.promoted().id == first.version
     assert deployment.served_answer() == served
     [event] = rolled_back.get_asset_materialization_events()
@@ -163,7 +165,8 @@ def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
         assert defs.resolve_job_def(job) is not None
     # The gate's refusal fails an evaluation run; the instance's run retry must not judge it again.
     assert defs.resolve_job_def("evaluation_job").tags["dagster/max_retries"] == "0"
-    build_assets = {key.to_user_string() for key in defs.resolve_job_def("index_build_job").asset_layer.executable_asset_keys}
+    build_job = defs.resolve_job_def("index_build_job")
+    build_assets = {key.to_user_string() for key in build_job.asset_layer.executable_asset_keys}
     assert "index_version" in build_assets and "promoted_index" not in build_assets
 
 
@@ -232,7 +235,8 @@ def test_unreachable_server_fails_the_build_after_retries_and_promotes_nothing(
     assert not result.success
     [failure] = [event for event in result.all_events if event.is_step_failure]
     assert failure.step_key == "server_indexes"
-    assert "Qdrant" in str(failure.event_specific_data.error) and "after 2 retries" in str(failure.event_specific_data.error)
+    error = str(failure.event_specific_data.error)
+    assert "Qdrant" in error and "after 2 retries" in error
     retries = [r for r in caplog.records if r.name == "retrieval_assets.core.stores.remote"]
     assert len(retries) == 2  # backed off twice, then gave up
     assert QDRANT_KEY not in caplog.text and QDRANT_KEY not in str(failure.event_specific_data.error)

@@ -47,7 +47,9 @@ def test_the_key_is_not_in_the_run_record(build: TenantBuild) -> None:
 @pytest.fixture(scope="module")
 def client(build: TenantBuild) -> Iterator[TestClient]:
     """The API as ``retrieval-assets serve`` builds it: the EnvVar resolved by ``build_resources``."""
-    configured = build.search_resource(multi_query=MultiQueryConfig(llm_base_url=build.llm_url), llm_api_key=EnvVar(SECRET_ENV))
+    configured = build.search_resource(
+        multi_query=MultiQueryConfig(llm_base_url=build.llm_url), llm_api_key=EnvVar(SECRET_ENV)
+    )
     with build_resources({"search": configured}) as resources:
         search: SearchResource = resources.search
         assert search.llm_api_key == SECRET

@@ -81,7 +81,8 @@ def test_each_evaluation_judges_the_version_in_its_tag(tiny_beir, tmp_path):
 
 def _tick(instance: DagsterInstance, home: Path):
     storage = IndexStorageResource(home=str(home))
-    return candidate_evaluation_sensor.evaluate_tick(build_sensor_context(instance=instance, resources={"storage": storage}))
+    context = build_sensor_context(instance=instance, resources={"storage": storage})
+    return candidate_evaluation_sensor.evaluate_tick(context)
 
 
 def test_sensor_skips_an_unsealed_candidate(tmp_path):

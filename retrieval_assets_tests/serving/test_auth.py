@@ -35,7 +35,9 @@ def test_a_token_authenticates_its_key_and_nothing_else_does() -> None:
     assert keys.authenticate(token) == key and keys.authenticate(other_token) == other
     assert token.startswith("ra.app-alpha.") and len(token.rsplit(".", 1)[1]) >= 43  # 256 random bits
     secret = token.rsplit(".", 1)[1]
-    forged = [None, "", token + "x", token[:-1], f"ra.app-beta.{secret}", f"xx.app-alpha.{secret}", "ra.app-alpha.", secret]
+    forged = [
+        None, "", token + "x", token[:-1], f"ra.app-beta.{secret}", f"xx.app-alpha.{secret}", "ra.app-alpha.", secret
+    ]
     answers = {(e.status, e.detail) for e in (_refused(keys, bad) for bad in forged)}
     # One answer for every failure: a caller learns nothing about which key ids exist.
     assert answers == {(401, "missing or unknown API key: send Authorization: Bearer <key>")}
@@ -70,10 +72,23 @@ def test_scopes_and_tenants_bound_what_a_key_may_do() -> None:
     [
         ('{"keys": []}', "no API keys"),
         ('{"keys": [{"id": "a", "sha256": "abc", "tenants": ["t"], "scopes": ["search"]}]}', "keys.0.sha256"),
-        ('{"keys": [{"id": "a", "sha256": "' + "0" * 64 + '", "tenants": [], "scopes": ["search"]}]}', "keys.0.tenants"),
-        ('{"keys": [{"id": "a", "sha256": "' + "0" * 64 + '", "tenants": ["t"], "scopes": ["read"]}]}', "keys.0.scopes"),
-        ('{"keys": [{"id": "a b", "sha256": "' + "0" * 64 + '", "tenants": ["t"], "scopes": ["search"]}]}', "keys.0.id"),
-        ('{"keys": [{"id": "a", "token": "x", "sha256": "' + "0" * 64 + '", "tenants": ["t"], "scopes": ["search"]}]}', "token"),
+        (
+            '{"keys": [{"id": "a", "sha256": "' + "0" * 64 + '", "tenants": [], "scopes": ["search"]}]}',
+            "keys.0.tenants",
+        ),
+        (
+            '{"keys": [{"id": "a", "sha256": "' + "0" * 64 + '", "tenants": ["t"], "scopes": ["read"]}]}',
+            "keys.0.scopes",
+        ),
+        (
+            '{"keys": [{"id": "a b", "sha256": "' + "0" * 64 + '", "tenants": ["t"], "scopes": ["search"]}]}',
+            "keys.0.id",
+        ),
+        (
+            '{"keys": [{"id": "a", "token": "x", "sha256": "' + "0" * 64
+            + '", "tenants": ["t"], "scopes": ["search"]}]}',
+            "token",
+        ),
         ("not json", "not a valid API key list"),
     ],
 )

@@ -29,7 +29,9 @@ QUERY = "align sequencing reads to a reference genome"
 @pytest.fixture(scope="module")
 def client(build: TenantBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     # The inbox goes to a scratch home so that posted documents do not touch the shared build.
-    app = create_app(build.search_resource().service, home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog")
+    app = create_app(
+        build.search_resource().service, home=tmp_path_factory.mktemp("api_home"), catalog_format="tool_catalog"
+    )
     with TestClient(app) as test_client:  # runs the lifespan: opens the retriever, closes it at the end
         yield test_client
 
@@ -136,7 +138,9 @@ def test_bad_requests_are_422_with_a_clear_message(client: TestClient, request_b
         ("/documents", b'{"id": "sur", "name": "S", "description": "a lone \\ud800 surrogate"}', "invalid_utf8"),
     ],
 )
-def test_what_python_parses_but_nothing_can_store_is_422(client: TestClient, path: str, body: bytes, reason: str) -> None:
+def test_what_python_parses_but_nothing_can_store_is_422(
+    client: TestClient, path: str, body: bytes, reason: str
+) -> None:
     # NaN/Infinity and lone surrogates pass json.loads; stores and Parquet then fail (see test_hostile_input).
     response = client.post(path, content=body, headers={"content-type": "application/json"})
     assert response.status_code == 422, response.text
@@ -180,7 +184,8 @@ def test_the_document_says_what_the_server_does(client: TestClient) -> None:
     filters = spec["components"]["schemas"]["SearchBody"]["properties"]["filters"]["anyOf"][0]
     # The example names identifiers every index has, not fields of one catalog.
     (example,) = filters["examples"]
-    assert set(example) <= set(client.get("/health").json()["filter_fields"]) and "filter_fields" in filters["description"]
+    assert set(example) <= set(client.get("/health").json()["filter_fields"])
+    assert "filter_fields" in filters["description"]
     assert "413" in spec["paths"]["/search"]["post"]["responses"] and "413" not in stream["responses"]
     assert "422" not in spec["paths"]["/health"]["get"]["responses"]  # nothing there to validate
 
@@ -192,7 +197,8 @@ def test_405_lists_the_allowed_methods_and_undecodable_bodies_are_422(client: Te
         assert response.status_code == 405 and response.headers["allow"] == allowed, (method, path)
     # Where several routes share a path, each knows only its own method: Allow names all of them.
     documented = client.get("/openapi.json").json()["paths"]["/documents/{doc_id}"]
-    assert client.request("TRACE", "/documents/bwa").headers["allow"] == ", ".join(sorted(m.upper() for m in documented))
+    allowed = ", ".join(sorted(m.upper() for m in documented))
+    assert client.request("TRACE", "/documents/bwa").headers["allow"] == allowed
     response = client.post("/search", content=b'{"query": "caf\xe9"}', headers={"content-type": "application/json"})
     assert response.status_code == 422 and response.json()["errors"][0]["type"] == "json_invalid", response.text
 
@@ -265,7 +271,9 @@ def _wait_until_ready(server: uvicorn.Server, thread: threading.Thread, url: str
     last = "no answer yet"
     while time.monotonic() < deadline:
         if not thread.is_alive():
-            pytest.fail(f"the uvicorn thread exited before {url} became ready (started={server.started}); see its log above")
+            pytest.fail(
+                f"the uvicorn thread exited before {url} became ready (started={server.started}); see its log above"
+            )
         if server.started:
             try:
                 health = httpx.get(f"{url}/health", timeout=5.0)
@@ -276,7 +284,9 @@ def _wait_until_ready(server: uvicorn.Server, thread: threading.Thread, url: str
                     return
                 last = f"HTTP {health.status_code}: {health.text[:200]}"
         time.sleep(0.05)
-    pytest.fail(f"{url} was not ready within {timeout_s:.0f} s (uvicorn started={server.started}; last /health: {last})")
+    pytest.fail(
+        f"{url} was not ready within {timeout_s:.0f} s (uvicorn started={server.started}; last /health: {last})"
+    )
 
 
 def test_loadtest_reports_each_level(live_url: str) -> None:
@@ -308,9 +318,11 @@ def test_metrics_report_requests_stages_and_retrieval_signals(client: TestClient
         assert samples[f'retrieval_stage_seconds_count{{stage="{stage}"}}'] >= 1, stage
     assert samples['retrieval_candidates_count{strategy="bm25"}'] >= 1
     assert samples['retrieval_fused_score_count{which="top"}'] >= 1 and samples["retrieval_hits_count"] >= 1
-    assert samples["retrieval_rerank_mean_abs_rank_change_count"] >= 1 and samples["retrieval_expansion_terms_count"] >= 1
+    assert samples["retrieval_rerank_mean_abs_rank_change_count"] >= 1
+    assert samples["retrieval_expansion_terms_count"] >= 1
     assert samples["retrieval_searches_running"] == 0 and samples["retrieval_searches_waiting"] == 0
-    assert samples["process_cpu_seconds_total"] > 0 and samples['retrieval_encoder_cpu_seconds_total{strategy="dense"}'] > 0
+    assert samples["process_cpu_seconds_total"] > 0
+    assert samples['retrieval_encoder_cpu_seconds_total{strategy="dense"}'] > 0
     # Routes are labelled by their template: a document id never becomes a label.
     client.get("/documents/some-secret-id")
     assert "some-secret-id" not in client.get("/metrics").text

@@ -33,7 +33,9 @@ def promoted(build: TenantBuild) -> IndexVersion:
 @pytest.fixture(scope="module")
 def client(build: TenantBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     # The inbox goes to a scratch home so that posted documents do not touch the shared build.
-    app = create_app(build.search_resource().service, home=tmp_path_factory.mktemp("documents_home"), catalog_format="tool_catalog")
+    app = create_app(
+        build.search_resource().service, home=tmp_path_factory.mktemp("documents_home"), catalog_format="tool_catalog"
+    )
     with TestClient(app) as test_client:
         yield test_client
 
@@ -105,7 +107,10 @@ def test_a_batch_with_a_quarantined_record_writes_nothing(client: TestClient) ->
     [
         (b"[]", "no records"),
         (json.dumps([tool(f"many-{i}") for i in range(MAX_DOCUMENT_BATCH + 1)]).encode(), "at most 1,000 records"),
-        (json.dumps([tool("own-tenant", tenant_id="alpha")]).encode(), "0.tenant_id: a posted record does not name its tenant"),
+        (
+            json.dumps([tool("own-tenant", tenant_id="alpha")]).encode(),
+            "0.tenant_id: a posted record does not name its tenant",
+        ),
         (json.dumps([tool("no-name", name=None)]).encode(), "invalid_field_type"),
         (b'[{"id": "nan", "name": "N", "description": "d", "metadata": {"score": NaN}}]', "malformed_json"),
         (b'[{"id": "sur", "name": "S", "description": "a lone \\ud800 surrogate"}]', "invalid_utf8"),
@@ -182,10 +187,13 @@ def test_statuses_follow_take_in_and_the_promoted_version(client: TestClient, pr
     def status(doc_id: str) -> dict[str, Any]:
         response = get(client, doc_id, "gamma")
         assert response.status_code == 200, response.text
-        return {k: v for k, v in response.json().items() if v is not None and k in ("status", "version", "candidate", "reason", "detail")}
+        shown = ("status", "version", "candidate", "reason", "detail")
+        return {k: v for k, v in response.json().items() if v is not None and k in shown}
 
     assert status("st-indexed") == {"status": "indexed", "version": promoted.id}
-    assert status("st-rejected") == {"status": "rejected", "version": promoted.id, "reason": "duplicate_id", "detail": detail}
+    assert status("st-rejected") == {
+        "status": "rejected", "version": promoted.id, "reason": "duplicate_id", "detail": detail
+    }
     assert status("st-deleted") == {"status": "deleted", "version": promoted.id}
     assert status("st-candidate") == {"status": "pending", "candidate": "v-not-promoted"}
     # Rejected documents cannot be deleted; taken-in ones can.
@@ -245,7 +253,8 @@ def test_beir_records_are_taken_by_their_own_schema(tmp_path: Path) -> None:
     def never_opened() -> Any:
         raise AssertionError("document routes do not open a retriever")
 
-    app = create_app(never_opened, layout=IndexLayout(tmp_path / "indexes"), home=tmp_path, warm_up=False)  # beir: the default
+    # beir: the default catalog format
+    app = create_app(never_opened, layout=IndexLayout(tmp_path / "indexes"), home=tmp_path, warm_up=False)
     with TestClient(app) as beir:
         accepted = post(beir, [{"_id": 7, "title": "Insulin", "text": "Insulin resistance in mice.", "year": 2019}])
         assert accepted.status_code == 202 and accepted.json()["receipts"][0]["doc_id"] == "7"

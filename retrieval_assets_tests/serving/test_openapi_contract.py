@@ -48,7 +48,11 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     home = tmp_path_factory.mktemp("contract_home")
     # alpha is the default tenant, so that a write naming none is accepted (and the stateful phase can chain them).
     return create_app(
-        build.search_resource().service, home=home, catalog_format="tool_catalog", default_tenant="alpha", keys=ApiKeys([KEY])
+        build.search_resource().service,
+        home=home,
+        catalog_format="tool_catalog",
+        default_tenant="alpha",
+        keys=ApiKeys([KEY]),
     )
 
 
@@ -137,7 +141,12 @@ def test_without_a_key_every_operation_answers_401(app: FastAPI, base_url: str, 
         "--report-har-path", str(tmp_path / "keyless.har"),
     )  # fmt: skip
     report = run.stdout + run.stderr
-    secured = {f"{method.upper()} {path}" for path, ops in app.openapi()["paths"].items() for method in ops if path != "/health"}
+    secured = {
+        f"{method.upper()} {path}"
+        for path, ops in app.openapi()["paths"].items()
+        for method in ops
+        if path != "/health"
+    }
     # Every case passed; schemathesis itself warns that the operations answered only 401.
     assert run.returncode == 0 and re.search(r"(\d+) generated, \1 passed$", report, re.MULTILINE), report[-30_000:]
     assert f"Authentication failed: {len(secured)} operations returned only 401/403" in report, report[-30_000:]

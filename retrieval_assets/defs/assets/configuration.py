@@ -23,7 +23,7 @@ class TuningConfig(Config, TuningSettings):
 
     # The document update job does: a few changed documents do not call for a new search.
     reuse_promoted: bool = Field(
-        False,
+        default=False,
         description="Take the promoted version's learned configuration when it was learned from the same gold "
         "queries with the same settings.",
     )

@@ -34,7 +34,7 @@ from retrieval_assets.core.evaluation.metrics import EvaluationReport
 from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration, TuningResult, gold_fingerprint
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
-from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL
+from retrieval_assets.defs.assets.candidate import INDEX_WRITES_POOL
 from retrieval_assets.defs.columns import HISTORY_DESCRIPTIONS
 from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
 from retrieval_assets.defs.resources import (
@@ -108,7 +108,7 @@ class EvaluationConfig(Config):
     """Which named configurations ``retrieval_evaluation`` measures."""
 
     configurations: list[str] = Field(
-        list(CONFIGURATIONS),
+        default=list(CONFIGURATIONS),
         description="Configurations measured besides the default one (which the gate judges); all by default.",
     )
 
@@ -224,7 +224,7 @@ def retrieval_evaluation(
             "gold": fingerprint,
             "runs": summary,
             "per_query": per_query,
-            "compared_with": promoted.id if previous else None,
+            "compared_with": promoted.id if previous and promoted is not None else None,
             "gate": decision.model_dump(mode="json"),
         }
     )
@@ -284,8 +284,9 @@ def promoted_index(
         )
         context.log.info(f"promoted {candidate.id} (was {current.id if current else 'nothing'})")
     pruned = versions.prune(storage.keep_versions)
-    for version_id in pruned if servers else ():
-        servers.drop(version_id)
+    if servers:
+        for version_id in pruned:
+            servers.drop(version_id)
     return MaterializeResult(
         metadata={
             "version": candidate.id,

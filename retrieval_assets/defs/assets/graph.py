@@ -21,7 +21,7 @@ from retrieval_assets.core.index.graph import (
     graph_summary,
 )
 from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.defs.assets.index import INDEX_WRITES_POOL, candidate_layout
+from retrieval_assets.defs.assets.candidate import INDEX_WRITES_POOL, candidate_layout
 from retrieval_assets.defs.columns import EDGE_DESCRIPTIONS
 from retrieval_assets.defs.metadata import preview, stopwatch, table_metadata
 from retrieval_assets.defs.resources import IndexBuildResource, IndexStorageResource

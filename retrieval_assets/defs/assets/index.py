@@ -1,15 +1,10 @@
-"""The candidate index version: FAISS, Qdrant and tantivy indexes written into it, then sealed.
+"""The indexes written into the candidate version: vocabulary, FAISS, embedded Qdrant, tantivy, servers.
 
-``index_candidate`` names the version from the build fingerprint and decides how it is built.
-When a complete version with that fingerprint exists (nothing changed), every index asset reuses
-it. When it differs from the promoted version by a few chunks, each index asset starts from a
-copy of the promoted version's index and applies only the changes (``core.index.delta``).
-Otherwise every index is built in full. ``index_version`` seals the candidate once every backend
-holds the same chunk ids; its materialization is what the evaluation sensor waits for.
+Each starts from the candidate's build mode (``defs.assets.candidate``): reused as it is, a copy
+of the promoted version's index with only a delta's changes applied, or built in full. Each
+checks that it holds exactly the build's chunk ids.
 """
 
-
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -25,32 +20,22 @@ from dagster import (
 
 from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.index.build import (
-    backend_differences,
     build_faiss_index,
     build_lexical_index,
     build_qdrant_index,
-    candidate_fingerprints,
-    checked_backend_chunk_ids,
-    chunk_table,
-    disagreeing_backends,
     point_batches,
-    record_candidate_chunks,
     record_listed_chunk_ids,
-    seal_candidate,
     sealed_chunk_ids,
     write_vocabulary,
 )
 from retrieval_assets.core.index.delta import (
     Delta,
-    decide_build,
     delta_faiss_index,
     delta_lexical_index,
     delta_qdrant_index,
     delta_term_counts,
-    load_delta,
-    record_decision,
 )
-from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
+from retrieval_assets.core.index.layout import read_build_manifest
 from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.core.index.vocabulary import (
     build_vocabulary,
@@ -62,6 +47,12 @@ from retrieval_assets.core.stores.base import IndexStore
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
+from retrieval_assets.defs.assets.candidate import (
+    INDEX_WRITES_POOL,
+    build_metadata,
+    candidate_delta,
+    candidate_layout,
+)
 from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import (
     log_progress,
@@ -76,9 +67,6 @@ from retrieval_assets.defs.resources import (
 )
 
 GROUP = "index"
-# Every asset that writes into an index version takes a slot of this pool (dagster.yaml:
-# `concurrency: pools: default_limit: 1`), so two builds never write one version at once.
-INDEX_WRITES_POOL = "index_writes"
 # Tables an index step reads itself: all rows, or only a delta's upserted ones (``StoredTable``);
 # embeddings as Arrow lists (``core.embed.vectors``).
 DEFERRED = AssetIn(metadata={"deferred": True})
@@ -119,7 +107,7 @@ def _index_result(
     expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
-    **metadata: object,
+    **metadata: str | bool,
 ) -> MaterializeResult:
     """Metadata and checks of a built index at ``path`` (``expected``: the build's chunk ids);
     ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the
@@ -151,7 +139,7 @@ def _checked(
     expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
-    **metadata: object,
+    **metadata: str | bool,
 ) -> MaterializeResult:
     dimension_check = []
     if dimensions is not None:
@@ -184,79 +172,6 @@ def _checked(
 def _upserted(delta: Delta, *tables: StoredTable) -> list[pd.DataFrame]:
     """The rows of a delta's upserted chunks in each table: a few of 104k on the ACL Anthology."""
     return [table.read_where("chunk_id", delta.plan.upserted) for table in tables]
-
-
-def candidate_layout(storage: IndexStorageResource, candidate: CandidateRecord) -> IndexLayout:
-    """Where the candidate's indexes, vocabulary and graph are written."""
-    return storage.versions().version(candidate.version).layout
-
-
-def candidate_delta(storage: IndexStorageResource, candidate: CandidateRecord) -> Delta | None:
-    """The base and plan of a candidate built as a delta; None when reused or built in full."""
-    return load_delta(storage.versions(), candidate)
-
-
-def build_metadata(candidate: CandidateRecord) -> dict[str, object]:
-    """How an index asset's version was built: reused, delta from a base, or full."""
-    return {"mode": candidate.mode, "reused_version": candidate.reused}
-
-
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"})
-def index_candidate(
-    context: AssetExecutionContext,
-    storage: IndexStorageResource,
-    models: ModelResource,
-    build: IndexBuildResource,
-    chunks: pd.DataFrame,
-) -> MaterializeResult[CandidateRecord]:
-    """The version this build writes, named by its fingerprint (chunks, models and index
-    settings), and how: reused, as a delta from the promoted version, or in full."""
-    table = chunk_table(chunks)
-    fingerprint, settings_fingerprint = candidate_fingerprints(
-        table,
-        models.dense_encoder(),
-        models.sparse_encoder(),
-        build.vocabulary,
-        build.graph_domain_fields,
-        build.context_tokens,
-    )
-    versions = storage.versions()
-    version = versions.candidate(fingerprint)
-    promoted = versions.promoted()
-    plan = None
-    if version.sealed:
-        reason = "identical to a complete version"
-    else:
-        decision = decide_build(
-            chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
-        )
-        record_decision(version, decision)
-        record_candidate_chunks(version, table)
-        reason, plan = decision.reason, decision.plan
-    record = CandidateRecord(
-        version=version.id,
-        fingerprint=fingerprint,
-        reused=version.sealed,
-        settings_fingerprint=settings_fingerprint,
-        base_version=plan.base if plan else None,
-        build_reason=reason,
-    )
-    context.log.info(f"candidate {version.id}: {record.mode} ({reason})")
-    return MaterializeResult(
-        value=record,
-        metadata={
-            "version": record.version,
-            "fingerprint": record.fingerprint,
-            "reused": record.reused,
-            "mode": record.mode,
-            "reason": reason,
-            "upserted_chunks": len(plan.upserted) if plan else 0,
-            "deleted_chunks": len(plan.deleted) if plan else 0,
-            "changed_documents": len(plan.documents) if plan else 0,
-            "path": str(version.path),
-            "promoted_version": promoted.id if promoted else "(none)",
-        },
-    )
 
 
 @asset(
@@ -332,8 +247,8 @@ def faiss_index(
         if index_candidate.reused:
             store = FaissDenseStore.open(path)
         elif delta:
-            upserted = _upserted(delta, chunks, dense_embeddings)
-            store = delta_faiss_index(delta, path, *upserted, models.dense_model, build.context_tokens)
+            chunk_rows, dense_rows = _upserted(delta, chunks, dense_embeddings)
+            store = delta_faiss_index(delta, path, chunk_rows, dense_rows, models.dense_model, build.context_tokens)
         else:
             tables = (chunks.read(), dense_embeddings.read())
             store = build_faiss_index(path, *tables, models.dense_model, build.context_tokens)
@@ -394,9 +309,11 @@ def qdrant_edge_index(
         if index_candidate.reused:
             store = QdrantEdgeStore.open(path)
         elif delta:
-            store = delta_qdrant_index(delta, path, *_upserted(delta, *tables), *settings)
+            chunk_rows, dense_rows, sparse_rows = _upserted(delta, *tables)
+            store = delta_qdrant_index(delta, path, chunk_rows, dense_rows, sparse_rows, *settings)
         else:
-            store = build_qdrant_index(path, *(table.read() for table in tables), *settings)
+            tables_read = (chunks.read(), dense_embeddings.read(), sparse_embeddings.read())
+            store = build_qdrant_index(path, *tables_read, *settings)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
         store, path, index_candidate, expected, timer["seconds"], (store.dim, models.dense_encoder().dim), **models_used
@@ -489,81 +406,6 @@ def server_indexes(
                 check_name="server_counts_match_chunks",
                 passed=all(count == chunks.rows for count in counts.values()),
                 metadata={"chunks": chunks.rows, **counts},
-            )
-        ],
-    )
-
-
-@asset(
-    group_name=GROUP,
-    io_manager_key="parquet_io_manager",
-    deps=["knowledge_graph", vocabulary, faiss_index, qdrant_edge_index, tantivy_index, server_indexes],
-    ins={"chunks": AssetIn(metadata={"columns": ["chunk_id", "doc_id"]})},
-    kinds={"python"},
-    pool=INDEX_WRITES_POOL,
-    check_specs=[
-        AssetCheckSpec(
-            "backends_hold_same_chunk_ids",
-            asset="index_version",
-            blocking=True,
-            description="Every backend (embedded, and servers when configured) holds exactly the build's chunk ids.",
-        )
-    ],
-)
-def index_version(
-    context: AssetExecutionContext,
-    storage: IndexStorageResource,
-    chunks: pd.DataFrame,
-    index_candidate: CandidateRecord,
-):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
-    """The sealed candidate: complete, consistent across backends, ready to be evaluated."""
-    versions = storage.versions()
-    version = versions.version(index_candidate.version)
-    servers = storage.servers()
-    # A reused version was checked when it was sealed: its chunk table stands in for the embedded backends.
-    sealed = sealed_chunk_ids(version)
-    expected = set(chunks["chunk_id"])
-    embedded = {"sealed_version": sealed} if sealed is not None else checked_backend_chunk_ids(version, expected)
-    held = {**embedded, **(servers.chunk_ids(version.id) if servers else {})}
-    differences = backend_differences(held, expected)
-    disagreeing = disagreeing_backends(differences)
-    consistent = not disagreeing
-    if consistent and not version.sealed:
-        # The ids just read are the ones checked: the stores are not opened a second time.
-        seal_candidate(
-            versions,
-            version,
-            index_candidate.fingerprint,
-            held,
-            run_id=context.run.run_id,
-            settings_fingerprint=index_candidate.settings_fingerprint,
-            base_version=index_candidate.base_version,
-        )
-    manifest = version.manifest() if version.sealed else {}
-    record = replace(index_candidate, sealed=version.sealed)
-    context.log.info(f"version {version.id}: " + ("sealed" if version.sealed else f"NOT sealed, {differences}"))
-    return MaterializeResult(
-        value=record,
-        metadata={
-            "version": version.id,
-            "sealed": version.sealed,
-            "reused": index_candidate.reused,
-            "mode": index_candidate.mode,
-            "chunks": manifest.get("chunks", len(chunks)),
-            "documents": manifest.get("documents", int(chunks["doc_id"].nunique())),
-            "path": str(version.path),
-        },
-        check_results=[
-            AssetCheckResult(
-                check_name="backends_hold_same_chunk_ids",
-                passed=consistent,
-                metadata={
-                    "by_backend": MetadataValue.json(differences),
-                    "backends": len(differences),
-                    "disagreeing_backends": len(disagreeing),
-                    "missing": sum(d["missing"] for d in differences.values()),
-                    "unexpected": sum(d["unexpected"] for d in differences.values()),
-                },
             )
         ],
     )

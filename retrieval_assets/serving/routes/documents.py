@@ -59,9 +59,10 @@ def document_routes(
         if versions is not None:
             return document_status(entry, versions.promoted())
         # No versions to compare with: whether the index holds the document says if the entry is applied.
-        applied = isinstance(entry, ArchivedEntry) and entry.outcome is not InboxOutcome.REJECTED
-        if applied and served == (entry.outcome is InboxOutcome.INDEXED):
-            return DocumentStatus(status=entry.outcome.value)
+        if isinstance(entry, ArchivedEntry):
+            applied = entry.outcome is not InboxOutcome.REJECTED
+            if applied and served == (entry.outcome is InboxOutcome.INDEXED):
+                return DocumentStatus(status=entry.outcome.value)
         return document_status(entry, None)
 
     @router.post(
@@ -124,7 +125,9 @@ def document_routes(
         status_code=202,
         response_model=DocumentsAccepted,
         tags=["documents"],
-        responses={404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}},
+        responses={
+            404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}
+        },
     )
     def delete_document(
         doc_id: str,
@@ -153,7 +156,9 @@ def document_routes(
         "/documents/{doc_id:path}",
         response_model=DocumentView,
         tags=["documents"],
-        responses={404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}},
+        responses={
+            404: {"model": ErrorBody, "description": "neither the served index nor the inbox holds the document"}
+        },
     )
     def get_document(
         doc_id: str, key: Annotated[ApiKey | None, Depends(caller("search"))], tenant: DocumentTenantParam = None
@@ -171,7 +176,8 @@ def document_routes(
             status = status_of(entry, served=hit is not None)
             inbox_fields = {"receipt": entry.receipt, "operation": entry.operation, "received_at": entry.received_at}
             return DocumentView(
-                **status.model_dump(), **{**served, **inbox_fields, "doc_id": entry.doc_id, "tenant_id": entry.tenant_id}
+                **status.model_dump(),
+                **{**served, **inbox_fields, "doc_id": entry.doc_id, "tenant_id": entry.tenant_id},
             )
         if hit is None:
             raise _no_document(doc_id, tenant)

@@ -21,7 +21,9 @@ def operation_routes(
         "/metrics",
         tags=["health"],
         response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}},
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}
+        },
     )
     def get_metrics(_: Annotated[ApiKey | None, Depends(caller("admin"))]) -> Response:
         """Requests by route and status, latency, searches running and waiting, rejections, each search
