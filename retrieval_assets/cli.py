@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,12 @@ def _instance():
     return DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
 
 
-def _resources() -> Mapping[str, Any]:
-    """The code location's resources (``definitions`` always binds them)."""
-    from retrieval_assets.definitions import defs
+def _resource(key: str) -> Any:
+    """The code location's resource ``key`` as it is defined (imported late: loading the
+    definitions takes seconds that ``--help`` should not pay)."""
+    from retrieval_assets.definitions import code_location_resource
 
-    if defs.resources is None:
-        raise RuntimeError("the code location's Definitions bind no resources")
-    return defs.resources
+    return code_location_resource(key)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -46,15 +45,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # With $DAGSTER_HOME set the runs are recorded where `dagster dev` shows them.
     instance = _instance()
-    resources = _resources()
-    print(f"Building an index version of the catalog ({resources['catalog'].format}) ...", flush=True)
+    catalog, storage = _resource("catalog"), _resource("storage")
+    print(f"Building an index version of the catalog ({catalog.format}) ...", flush=True)
     build = defs.resolve_job_def("index_build_job").execute_in_process(
         instance=instance, run_config=console.QUIET_RUN_CONFIG, raise_on_error=False
     )
     if not build.success:
         print("index_build_job failed; see the run log above", file=sys.stderr)
         return 1
-    versions = resources["storage"].versions()
+    versions = storage.versions()
     record = build.output_for_node("index_version")
     candidate = record.version
     cleaned, chunks = materialized(build, "cleaned_documents"), materialized(build, "chunks")
@@ -80,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(console.verdict_line(report, promoted.id if promoted else None))
     if promoted is None:
         return 1
-    gold = resources["catalog"].gold()
+    gold = catalog.gold()
     sample = args.query or (next(iter(gold.queries.values())) if gold else "search")
     print()
     with configured_search() as search:
@@ -90,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_versions(args: argparse.Namespace) -> int:
     """Every complete index version with its quality and whether it serves."""
-    for row in _resources()["storage"].versions().quality_history():
+    for row in _resource("storage").versions().quality_history():
         marker = "*" if row.pop("promoted") else " "
         print(f"{marker} " + "  ".join(f"{key}={value}" for key, value in row.items()))
     return 0
@@ -184,7 +183,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     keys = api_keys_for(args.host)
     from retrieval_assets.definitions import configured_search
 
-    catalog = _resources()["catalog"]
+    catalog = _resource("catalog")
     with configured_search() as search:
         run_server(
             search.service,

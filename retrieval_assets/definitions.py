@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -84,7 +85,7 @@ def materializable_assets(definitions: Definitions) -> list[AssetsDefinition | A
     return assets
 
 
-def code_location_resource(key: str) -> object:
+def code_location_resource(key: str) -> Any:
     """The code location's resource ``key`` as ``defs`` holds it (EnvVar fields unresolved)."""
     if defs.resources is None:
         raise RuntimeError("the code location's Definitions hold no resources")

@@ -114,13 +114,11 @@ def bench_auth(requests: int, rounds: int, queries_file: str | None, json_out: s
     """POST /search P50 at concurrency 1 without and with an API key, over the code location's
     promoted version; the last stdout line is the JSON figures (exit 1 when the overhead misses
     its target)."""
-    from retrieval_assets.definitions import configured_search, defs
+    from retrieval_assets.definitions import code_location_resource, configured_search
     from retrieval_assets.serving import create_app
 
     queries = load_queries(queries_file)
-    if defs.resources is None:
-        raise RuntimeError("the code location's Definitions bind no resources")
-    catalog = defs.resources["catalog"]
+    catalog = code_location_resource("catalog")
     token, key = new_key("bench", [catalog.tenant_id], ["search"], requests_per_minute=10_000_000)
     with configured_search() as search:
         open_app, keyed_app = (

@@ -9,8 +9,8 @@ import pandas as pd
 from dagster import materialize
 
 from retrieval_assets.core.retrieval.graph_expansion import ToolGraph
-from retrieval_assets.defs.assets.graph import knowledge_graph
 from retrieval_assets.defs.assets.candidate import index_candidate
+from retrieval_assets.defs.assets.graph import knowledge_graph
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
 from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource, code_location_resources
