@@ -10,6 +10,7 @@ only, never ids or times, so every process computes the same version.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import sys
@@ -60,7 +61,7 @@ class _Sources:
         name = f"{function.__module__}:{function.__qualname__}"
         if name in self.texts:
             return
-        self.texts[name] = inspect.getsource(function)
+        self.texts[name] = _source(function)
         if isinstance(function, FunctionType):
             for global_name in _global_names(function.__code__):
                 if global_name in function.__globals__ and not global_name.startswith("__"):
@@ -86,7 +87,7 @@ class _Sources:
         name = f"{cls.__module__}:{cls.__qualname__}"
         if not self._ours(cls.__module__) or name in self.texts:
             return
-        self.texts[name] = inspect.getsource(cls)
+        self.texts[name] = _source(cls)
         for base in cls.__mro__[1:]:
             self.add_class(base)
         if issubclass(cls, BaseModel):
@@ -95,7 +96,14 @@ class _Sources:
                     self.add_class(annotation)
 
     def add_module(self, module: ModuleType) -> None:
-        self.texts.setdefault(module.__name__, inspect.getsource(module))
+        self.texts.setdefault(module.__name__, _source(module))
+
+
+@functools.cache
+def _source(obj: Any) -> str:
+    """``obj``'s source text, read once per process: the 18 assets share most of their classes
+    and modules, and finding a class's source parses its whole module."""
+    return inspect.getsource(obj)
 
 
 def _global_names(code: CodeType) -> Iterator[str]:
