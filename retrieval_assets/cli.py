@@ -46,11 +46,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     # With $DAGSTER_HOME set the runs are recorded where `dagster dev` shows them.
     instance = _instance()
     catalog, storage = _resource("catalog"), _resource("storage")
-    print(f"Building an index version of the catalog ({catalog.format}) ...", flush=True)
+    run_config: dict[str, Any] = dict(console.QUIET_RUN_CONFIG)
+    if args.source:
+        # The catalog resource configured for these runs only, as the launchpad would.
+        paths = [str(Path(path).resolve()) for path in args.source]
+        config = {"format": args.kind or "auto", "path": paths[0], "extra_sources": paths[1:], "gold_path": None}
+        run_config["resources"] = {"catalog": {"config": config}}
+        catalog = catalog.model_copy(update=config)
+    sources = catalog.sources()
+    named = ", ".join(f"{name} ({source.format})" for name, source in sources.items() if source.format != "inbox")
+    print(f"Building an index version of {named} ...", flush=True)
     build = defs.resolve_job_def("index_build_job").execute_in_process(
-        instance=instance, run_config=console.QUIET_RUN_CONFIG, raise_on_error=False
+        instance=instance, run_config=run_config, raise_on_error=False
     )
     if not build.success:
+        for line in console.failed_check_lines(build):
+            print(line, file=sys.stderr)
         print("index_build_job failed; see the run log above", file=sys.stderr)
         return 1
     versions = storage.versions()
@@ -65,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Evaluating {candidate} on the gold queries and applying the promotion gate ...", flush=True)
         evaluation = defs.resolve_job_def("evaluation_job").execute_in_process(
             instance=instance,
-            run_config=console.QUIET_RUN_CONFIG,
+            run_config=run_config,
             tags={EVALUATED_VERSION_TAG: candidate},
             raise_on_error=False,
         )
@@ -80,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if promoted is None:
         return 1
     gold = catalog.gold()
-    sample = args.query or (next(iter(gold.queries.values())) if gold else "search")
+    # Without gold, the first document's title (or its first words) asks for something it holds.
+    sample = args.query or (next(iter(gold.queries.values())) if gold else console.sample_query(build))
     print()
     with configured_search() as search:
         print("\n".join(console.result_lines(search.search(sample, top_k=5))))
@@ -241,6 +253,90 @@ def cmd_bench_document_flow(args: argparse.Namespace) -> int:
     return bench_document_flow(args.url, args.tenant, args.timeout, args.json_out)
 
 
+def _gold_catalog(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    """The catalog whose gold a ``gold`` command works on: the configured one, or --source's (as
+    ``run --source`` configures it), with that configuration for a run."""
+    catalog = _resource("catalog")
+    if not args.source:
+        return catalog, None
+    paths = [str(Path(path).resolve()) for path in args.source]
+    config = {"format": args.kind or "auto", "path": paths[0], "extra_sources": paths[1:], "gold_path": None}
+    return catalog.model_copy(update=config), config
+
+
+def cmd_gold_add(args: argparse.Namespace) -> int:
+    """Append one judgement to the catalog's curated gold file."""
+    from retrieval_assets.core.evaluation.gold.curated import append_curated, load_curated
+    from retrieval_assets.defs.assets.gold import curated_gold_file
+
+    catalog, _ = _gold_catalog(args)
+    storage = _resource("storage")
+    judged = curated_gold_file(catalog, storage)
+    path = Path(args.file) if args.file else judged
+    append_curated(path, args.query, args.expect, args.grade)
+    print(f"added to {path}: {len(load_curated(path).queries)} curated queries")
+    if path.resolve() != judged.resolve():
+        print(f"the gate judges {catalog.path} with {judged}: set the catalog's curated_gold_path to {path} to use it")
+    elif not catalog.curated_gold_path:
+        print(f"kept with the catalog's gold under {storage.gold_dir}; set curated_gold_path to keep it elsewhere")
+    if catalog.gold() is not None:
+        print("this catalog has BEIR gold of its own, which the gate judges with instead")
+    return 0
+
+
+def cmd_gold_show(args: argparse.Namespace) -> int:
+    """The gold the gate judges the catalog with, and its generated gold."""
+    from retrieval_assets.defs.assets.gold import age_days, catalog_gold
+
+    catalog, _ = _gold_catalog(args)
+    storage = _resource("storage")
+    gold = catalog_gold(catalog, storage)
+    print(f"catalog: {catalog.path} (gold key {catalog.gold_key()})")
+    if gold.gold is None:
+        print("gold: none yet; the next evaluation draws known-item gold from the documents (or `gold redraw`)")
+        return 0
+    print(f"kind: {gold.kind}")
+    print(f"size: {len(gold.gold.queries)} queries")
+    print(f"fingerprint: {gold.fingerprint}")
+    print(f"source: {gold.source}")
+    generated = gold.generated
+    if gold.kind == "curated":
+        print("method: judged by a person" + (" (BEIR qrels)" if "BEIR" in gold.source else ""))
+    if generated is not None:
+        prefix = "generated (measured beside, not gated) " if gold.kind == "curated" else ""
+        if prefix:
+            print(f"{prefix}kind: {generated.kind}, {len(generated.queries)} queries, {generated.fingerprint[:16]}")
+        print(f"{prefix}method: {generated.method}")
+        print(f"{prefix}age: {age_days(generated)} days (drawn {generated.created_at})")
+        print(f"{prefix}retired: {len(generated.retired)} queries whose documents were deleted")
+        for warning in generated.warnings:
+            print(f"{prefix}warning: {warning}")
+    return 0
+
+
+def cmd_gold_redraw(args: argparse.Namespace) -> int:
+    """Draw the catalog's generated gold anew from the latest cleaned documents (``gold_redraw_job``)."""
+    from retrieval_assets import console
+
+    console.quiet_dependencies()
+    from retrieval_assets.definitions import defs
+
+    _, config = _gold_catalog(args)
+    run_config: dict[str, Any] = {
+        **console.QUIET_RUN_CONFIG,
+        "ops": {"gold_queries": {"config": {"redraw": True, "seed": args.seed, "size": args.size}}},
+    }
+    if config is not None:
+        run_config["resources"] = {"catalog": {"config": config}}
+    result = defs.resolve_job_def("gold_redraw_job").execute_in_process(
+        instance=_instance(), run_config=run_config, raise_on_error=False
+    )
+    if not result.success:
+        print("gold_redraw_job failed (build the catalog first: it draws from cleaned_documents)", file=sys.stderr)
+        return 1
+    return cmd_gold_show(args)
+
+
 class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in ``--help`` ("none" when unset), unless its help already says it."""
 
@@ -265,7 +361,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = _command(sub, "run", help="build a candidate, evaluate it, promote it if it passes, show a sample query")
-    run.add_argument("--query", help="sample query to show (default: the first gold query)")
+    run.add_argument("--query", help="sample query to show (default: the first gold query, else a document's title)")
+    run.add_argument(
+        "--source",
+        action="append",
+        metavar="PATH",
+        help="index this folder of files (PDF, HTML, Markdown, DOCX, text), table (Parquet, CSV, JSON Lines), "
+        "JSONL or BEIR catalog, or Anthology data/ directory instead of the configured catalog; repeat for more "
+        "(each its own tenant). Its kind is told from what it is (docs/sources.md)",
+    )
+    run.add_argument(
+        "--kind",
+        choices=["tool_catalog", "beir", "files", "table", "acl_anthology"],
+        help="the first --source's kind, where it is not to be told from the path",
+    )
     run.set_defaults(func=cmd_run)
 
     versions = _command(sub, "versions", help="list index versions, their quality and which one serves (*)")
@@ -418,6 +527,43 @@ def build_parser() -> argparse.ArgumentParser:
     flow.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     flow.add_argument("--json-out", help="also write the result JSON to this file")
     flow.set_defaults(func=cmd_bench_document_flow)
+
+    gold = _command(sub, "gold", help="the gold queries the promotion gate judges with: add curated ones, show, redraw")
+    gold_actions = gold.add_subparsers(dest="action", required=True)
+
+    def gold_command(name: str, help: str) -> argparse.ArgumentParser:
+        command = _command(gold_actions, name, help=help)
+        command.add_argument(
+            "--source",
+            action="append",
+            metavar="PATH",
+            help="the catalog, as `run --source` gives it, instead of the configured one; repeat for more",
+        )
+        command.add_argument(
+            "--kind",
+            choices=["tool_catalog", "beir", "files", "table", "acl_anthology"],
+            help="the first --source's kind, where it is not to be told from the path",
+        )
+        return command
+
+    add = gold_command("add", help="append a query and the document that answers it to the curated gold file")
+    add.add_argument("query", help="the query, as a user would type it")
+    add.add_argument("--expect", required=True, metavar="ID", help="the id of a document that answers the query")
+    add.add_argument("--grade", type=int, default=1, help="how relevant the document is (0 not, 1 relevant, 2 ...)")
+    add.add_argument(
+        "--file",
+        help="the CSV or JSON Lines file to append to (default: curated_gold_path, else "
+        "<home>/gold/<catalog key>/curated.csv)",
+    )
+    add.set_defaults(func=cmd_gold_add)
+    show = gold_command("show", help="the kind, size, fingerprint and method of the gold the gate judges with")
+    show.set_defaults(func=cmd_gold_show)
+    redraw = gold_command(
+        "redraw", help="draw the generated gold anew from the latest build's cleaned documents (the old set stays)"
+    )
+    redraw.add_argument("--seed", type=int, default=13, help="the seed of the new draw")
+    redraw.add_argument("--size", type=int, default=300, help="queries of the new draw")
+    redraw.set_defaults(func=cmd_gold_redraw)
     return parser
 
 

@@ -80,6 +80,39 @@ def result_lines(result: RetrievalResult) -> list[str]:
     for rank, hit in enumerate(result.hits, start=1):
         per_strategy = "  ".join(f"{name}#{s.rank}={s.score:.3f}" for name, s in hit.strategy_scores.items())
         title = hit.title or hit.text[:80]
-        lines.append(f"{rank:>3}. {hit.score:.4f}  {hit.doc_id}  [{hit.chunk_id}, {hit.section}]  {title[:90]}")
+        where = f"{hit.section}{_pages(hit.metadata)}"
+        lines.append(f"{rank:>3}. {hit.score:.4f}  {hit.doc_id}  [{hit.chunk_id}, {where}]  {title[:90]}")
         lines.append(f"     {per_strategy}" + (f"  via graph: {' > '.join(hit.graph_path)}" if hit.graph_path else ""))
     return lines
+
+
+def _pages(metadata: Mapping[str, Any]) -> str:
+    """", p. 3" or ", pp. 3-4" for a hit in a paged file; "" otherwise."""
+    first, last = metadata.get("page_start"), metadata.get("page_end")
+    if first is None:
+        return ""
+    return f", p. {first}" if first == last else f", pp. {first}-{last}"
+
+
+def failed_check_lines(run: Any) -> list[str]:
+    """One line per asset check a run (``ExecuteInProcessResult``) failed: what it checks and what
+    it found, so a stopped build names its reason."""
+    lines = []
+    for evaluation in run.get_asset_check_evaluations():
+        if evaluation.passed:
+            continue
+        found = evaluation.description or ", ".join(
+            f"{key} {getattr(value, 'value', value)}" for key, value in evaluation.metadata.items()
+        )
+        lines.append(f"check {evaluation.asset_key.to_user_string()}/{evaluation.check_name} failed: {found}")
+    return lines
+
+
+def sample_query(run: Any, words: int = 8) -> str:
+    """A query a build's documents answer: the first informative title, else the first words of
+    the first document."""
+    documents = run.output_for_node("cleaned_documents", "cleaned_documents")
+    for title in documents["title"].dropna().head(100):
+        if len(str(title).split()) >= 2:
+            return str(title)
+    return " ".join(str(documents["text"].iloc[0]).split()[:words]) if len(documents) else "search"

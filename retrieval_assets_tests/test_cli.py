@@ -154,6 +154,41 @@ def test_search_json_has_hits_with_strategy_provenance(tiny_home):
         assert set(hit["strategy_scores"]) <= {"bm25", "splade", "dense"}
 
 
+# --- run --source: a user's own folder and table, no configuration written -------------------
+
+
+def test_run_source_indexes_a_folder_and_a_table_and_search_answers_from_them(tmp_path):
+    from retrieval_assets_tests.core.ingest.sources.test_formats import write_paper_pdf
+
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    write_paper_pdf(folder / "retrieval.pdf")
+    for topic in ("glaciers", "volcanoes", "monsoons", "tsunamis", "auroras"):
+        (folder / f"{topic}.md").write_text(f"# {topic.title()}\n\n## Methods\n\nWe measured {topic} in the field.\n")
+    table = tmp_path / "rows.csv"
+    table.write_text("id,title,text\nr1,Tidal energy,Tidal turbines convert the energy of ocean currents.\n")
+    env = _env(tmp_path / "home", tmp_path / "dagster_home")
+    result = cli(env, "run", "--source", str(folder), "--source", str(table))
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Building an index version of papers (files), rows (table)" in result.stdout
+    assert "Built v-" in result.stdout and "7 documents" in result.stdout
+    assert "Promotion gate: passed" in result.stdout
+
+    found = cli(env, "search", "click logs training data", "--top-k", "3")
+    assert found.returncode == 0, found.stderr[-4000:]
+    first = found.stdout.splitlines()[1]
+    # The hit names the file, its section and its pages.
+    assert "retrieval.pdf" in first and "pp. 1-4" in first, found.stdout
+    payload = json.loads(cli(env, "search", "ocean currents", "--top-k", "1", "--json").stdout)
+    assert (payload["hits"][0]["doc_id"], payload["hits"][0]["tenant_id"]) == ("r1", "rows")
+
+
+def test_run_source_names_a_missing_path(tmp_path):
+    result = cli(_env(tmp_path / "home", tmp_path / "dagster_home"), "run", "--source", str(tmp_path / "nope"))
+    assert result.returncode != 0
+    assert f"source not found: {tmp_path / 'nope'}" in result.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

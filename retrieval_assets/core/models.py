@@ -29,8 +29,22 @@ class FusionMethod(StrEnum):
     SIMILARITY_RRF = "similarity_rrf"
 
 
+class TextSpan(BaseModel):
+    """A run of a structured document's text under one heading and on one page.
+
+    A document extracted from a file (``ingest.sources``) keeps its structure as spans that cover
+    its text in order, each ``length`` characters long and separated by one newline, so the
+    chunker can cut at headings and tell each chunk's pages."""
+
+    model_config = ConfigDict(frozen=True)
+
+    heading: str | None = None  # the nearest heading above the text; None before the first one
+    page: int | None = None  # 1-based page of paged formats
+    length: int
+
+
 class Document(BaseModel):
-    """One cleaned catalog record (a tool, a paper, an abstract)."""
+    """One cleaned catalog record (a tool, a paper, an abstract, a file)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -39,6 +53,8 @@ class Document(BaseModel):
     text: str
     tenant_id: str = "default"
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    # Empty for unstructured records; the chunker then finds sections in the text itself.
+    structure: list[TextSpan] = Field(default_factory=list)
 
 
 class QuarantineRecord(BaseModel):

@@ -10,14 +10,18 @@ from __future__ import annotations
 COLUMN_DESCRIPTIONS: dict[str, str] = {
     # Catalog rows, documents, quarantine and inbox receipts (core/io/tables.py).
     "source": "The catalog source the row was read from: a catalog's name, or inbox.",
-    "line_number": "The row's line in its source file; blank for a record that does not come from a line.",
-    "raw": "The row as read: decoded from UTF-8 (lossily when utf8_error), nothing else.",
+    "line_number": "The row's line in its source file, or its position among a folder's files or a table's rows; "
+    "blank for a record that does not come from a source.",
+    "raw": "The row as read: a catalog line decoded from UTF-8 (lossily when utf8_error), or the JSON record a "
+    "file, table row or paper was read into (docs/sources.md).",
     "utf8_error": "Whether the row's bytes were not valid UTF-8.",
     "doc_id": "The document's id.",
     "title": "The document's title.",
     "text": "The cleaned text.",
     "tenant_id": "The tenant the record belongs to; a search sees its own tenants' records only.",
     "metadata": "The record's metadata fields, as JSON.",
+    "structure": "A file's headings and pages: JSON spans (heading, page, length) covering its text; blank for "
+    "records without structure.",
     "reason": "Why the row was quarantined or the inbox entry rejected (a quarantine reason); blank otherwise.",
     "detail": "What exactly was wrong, for a person to read.",
     "receipt": "The inbox entry's receipt, as POST /documents returned it.",

@@ -2,9 +2,10 @@
 
 ``index_build_job`` is the whole incremental build, unpartitioned, ending at the sealed
 candidate; the candidate sensor then starts ``evaluation_job``, which promotes only through the
-gate. ``document_update_job`` (started by the inbox sensor) does both in one run, so posted
-documents are searchable without waiting for a second run to start. ``embedding_shards_job``
-backfills the embedding cache per catalog source and hash shard.
+gate, judged on the catalog's gold queries (``gold_queries``). ``document_update_job`` (started by
+the inbox sensor) does both in one run, so posted documents are searchable without waiting for a
+second run to start. ``embedding_shards_job`` backfills the embedding cache per catalog source and
+hash shard; ``gold_redraw_job`` replaces a catalog's frozen generated gold.
 """
 
 
@@ -26,7 +27,7 @@ from retrieval_assets.defs.resources import IndexStorageResource
 
 # Selected by key: an asset object imported into this module would be found twice by
 # ``load_from_defs_folder``, once here and once in its own module.
-EVALUATION = AssetSelection.assets("retrieval_configuration", "retrieval_evaluation", "promoted_index")
+EVALUATION = AssetSelection.assets("gold_queries", "retrieval_configuration", "retrieval_evaluation", "promoted_index")
 BUILD = AssetSelection.all() - AssetSelection.assets("embedding_cache_shard") - EVALUATION
 # Build, evaluation and promotion in one run: every asset but the partitioned cache warm-up.
 WHOLE_BUILD = BUILD | EVALUATION
@@ -64,6 +65,17 @@ document_update_job = define_asset_job(
     config=DOCUMENT_UPDATE_CONFIG,
     description="Take in the documents posted to the inbox: the incremental build (a delta from the promoted "
     "version when little changed), then evaluation and gated promotion, in one run.",
+)
+
+# The explicit action that replaces a catalog's frozen generated gold (retrieval-assets gold redraw).
+GOLD_REDRAW_CONFIG = {"ops": {"gold_queries": {"config": {"redraw": True}}}}
+
+gold_redraw_job = define_asset_job(
+    "gold_redraw_job",
+    selection=AssetSelection.assets("gold_queries"),
+    config=GOLD_REDRAW_CONFIG,
+    description="Draw the catalog's generated gold queries anew from the latest cleaned documents (the frozen set's "
+    "file stays); later evaluations judge with the new set. A catalog with gold of its own keeps it.",
 )
 
 embedding_shards_job = define_asset_job(

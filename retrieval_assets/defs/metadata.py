@@ -79,6 +79,14 @@ def preview(
     )
 
 
+def source_table(rows: Mapping[str, Mapping[str, Any]]) -> MetadataValue:
+    """A table with one row per catalog source (its name first) and the union of the rows' fields
+    as columns, blank where a source has no such field: reading and cleaning figures differ by kind."""
+    columns = list(dict.fromkeys(column for row in rows.values() for column in row))
+    frame = pd.DataFrame([{"source": name, **row} for name, row in rows.items()], columns=["source", *columns])
+    return preview(frame, rows=len(frame))
+
+
 def _cell(value: Any) -> str | int | float | bool:
     if value is None or value is pd.NA or value is pd.NaT:
         return ""

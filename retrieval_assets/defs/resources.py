@@ -8,7 +8,9 @@ Servers and secrets are ``EnvVar`` fields, set where the code location builds it
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -24,8 +26,10 @@ from dagster import (
 from pydantic import Field, PrivateAttr
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
+from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
 from retrieval_assets.core.evaluation.gate import GateSettings
+from retrieval_assets.core.evaluation.gold.frozen import GoldStore
 from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration
 from retrieval_assets.core.index.servers import ServerIndexes, ServerSettings
 from retrieval_assets.core.index.versions import (
@@ -34,13 +38,16 @@ from retrieval_assets.core.index.versions import (
     IndexVersions,
 )
 from retrieval_assets.core.ingest.catalog import (
+    DEFAULT_MAX_FILE_BYTES,
     CatalogSource,
+    ColumnMapping,
     GoldSet,
-    discover_sources,
+    SourceFormat,
     load_gold,
     source_name,
 )
 from retrieval_assets.core.ingest.inbox import INBOX_DIR, DocumentInbox
+from retrieval_assets.core.ingest.sources.kinds import detect_kind, discover_sources, source_for_path
 from retrieval_assets.core.models import RetrievalResult, SearchRequest
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.rerank.base import Reranker
@@ -70,25 +77,70 @@ INBOX_SOURCE = "inbox"
 
 
 class CatalogResource(ConfigurableResource):
-    """Which catalogs to ingest: the main one (a JSONL tool catalog or a BEIR directory, with gold
-    queries), plus every catalog that appears in ``sources_dir``, each its own tenant."""
+    """Which catalogs to ingest: the main one (a BEIR directory with gold queries, a JSONL tool
+    catalog, a folder of files, a table or the ACL Anthology's data), more by path, plus every
+    catalog that appears in ``sources_dir``; each source but the main one is its own tenant."""
 
-    format: Literal["tool_catalog", "beir"] = Field(
-        default="beir", description="The main catalog's format: a BEIR directory or a JSONL tool catalog."
+    format: Literal["auto", "tool_catalog", "beir", "files", "table", "acl_anthology"] = Field(
+        default="beir",
+        description="The main catalog's kind: a BEIR directory, a JSONL tool catalog, a folder of files (PDF, "
+        "HTML, Markdown, DOCX, text), a table (Parquet, CSV, JSON Lines), the ACL Anthology's data/ directory, or "
+        "auto: told from what the path is.",
     )
     path: str = Field(
-        default=str(DEFAULT_CATALOG), description="The main catalog: a BEIR directory or a .jsonl(.gz) file."
+        default=str(DEFAULT_CATALOG),
+        description="The main catalog: a BEIR directory, a .jsonl(.gz) file, a folder, a table file or folder, "
+        "or the Anthology's data/ directory.",
     )
     tenant_id: str = Field(default="default", description="Tenant of the main catalog's records that name none.")
+    extra_sources: list[str] = Field(
+        default=[],
+        description="More catalogs by path, of any kind (told from what each path is), each named after its file "
+        "or folder and its own tenant.",
+    )
+    include: list[str] = Field(
+        default=["**/*"],
+        description="Folders of files: the files read, as globs relative to the folder (** spans folders).",
+    )
+    exclude: list[str] = Field(default=[], description="Folders of files: globs of files not read.")
+    max_file_mb: float = Field(
+        default=DEFAULT_MAX_FILE_BYTES / 2**20,
+        gt=0,
+        description="Folders of files: larger files are quarantined as file_too_large without being read.",
+    )
+    max_quarantine_ratio: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="The build stops (a blocking check on cleaned_documents) when a larger share of rows is "
+        "quarantined: a broken export, or a folder of scans that needs OCR. Raise it to index the rest anyway.",
+    )
+    id_column: str | None = Field(
+        default=None, description="Tables: the id column; unset, the first of id, _id, doc_id, ... found."
+    )
+    title_column: str | None = Field(default=None, description="Tables: the title column; unset, found by name.")
+    text_column: str | None = Field(default=None, description="Tables: the text column; unset, found by name.")
+    tenant_column: str | None = Field(
+        default=None, description="Tables: a column naming each row's tenant; unset, found by name if present."
+    )
+    metadata_columns: list[str] | None = Field(
+        default=None, description="Tables: the columns kept as metadata; unset, every other scalar or list column."
+    )
     gold_path: str | None = Field(
         default=None,
         description="A BEIR directory with queries.jsonl and qrels/ (the gold queries); unset: path for a "
-        "BEIR catalog, none for a tool catalog.",
+        "BEIR catalog, none otherwise.",
+    )
+    curated_gold_path: str | None = Field(
+        default=None,
+        description="Gold a person wrote for a catalog without BEIR gold: CSV or JSON Lines with query, "
+        "expected_id and optionally grade (`retrieval-assets gold add` grows it); unset: the storage home's "
+        "gold/<catalog key>/curated.csv when it exists, else gold generated from the documents.",
     )
     sources_dir: str | None = Field(
         default=None,
-        description="A folder of extra catalogs, each a BEIR directory or a .jsonl(.gz) tool catalog, named "
-        "after it and its own tenant.",
+        description="A folder of extra catalogs, each a folder (BEIR, Anthology data or files) or a catalog or "
+        "table file, named after it and its own tenant.",
     )
     inbox_dir: str | None = Field(
         default=None,
@@ -107,19 +159,57 @@ class CatalogResource(ConfigurableResource):
     def inbox(self) -> DocumentInbox | None:
         return DocumentInbox(Path(self.inbox_dir)) if self.inbox_dir else None
 
+    def _source(self, path: str, tenant_id: str, kind: SourceFormat | None = None) -> CatalogSource:
+        source = source_for_path(path, tenant_id, kind)
+        options: dict[str, Any] = {
+            "exclude": tuple(self.exclude),
+            "max_file_bytes": int(self.max_file_mb * 2**20),
+            "columns": ColumnMapping(
+                id=self.id_column,
+                title=self.title_column,
+                text=self.text_column,
+                tenant=self.tenant_column,
+                metadata=tuple(self.metadata_columns) if self.metadata_columns is not None else None,
+            ),
+        }
+        if source.include == CatalogSource.model_fields["include"].default:
+            options["include"] = tuple(self.include)
+        return source.model_copy(update=options)
+
     def sources(self) -> dict[str, CatalogSource]:
         """Catalog sources by name: the partition keys of the per-source assets. The inbox is
         one once it exists, after the catalogs."""
-        main = CatalogSource(format=self.format, path=self.path, tenant_id=self.tenant_id)
-        found = {source_name(self.path): main, **(discover_sources(self.sources_dir) if self.sources_dir else {})}
+        found = {source_name(self.path): self._source(self.path, self.tenant_id, self._main_kind())}
+        named = [(source_name(path), path) for path in self.extra_sources]
+        discovered = discover_sources(self.sources_dir) if self.sources_dir else {}
+        named += [(name, source.path) for name, source in discovered.items()]
+        for name, path in named:
+            if name in found:
+                raise ValueError(f"two catalog sources are named {name!r} ({found[name].path} and {path}): rename one")
+            found[name] = self._source(path, name, discovered[name].format if name in discovered else None)
         if self.inbox_dir and Path(self.inbox_dir).is_dir():
             if INBOX_SOURCE in found:
                 raise ValueError(f"a catalog is named {INBOX_SOURCE!r}, the document inbox's source name: rename it")
             found[INBOX_SOURCE] = CatalogSource(format="inbox", path=self.inbox_dir, tenant_id=self.tenant_id)
         return found
 
+    def _main_kind(self) -> SourceFormat | None:
+        return None if self.format == "auto" else self.format
+
+    def gold_key(self) -> str:
+        """A stable key of this catalog, for its gold: the main catalog's name and a hash of its
+        resolved path and kind and of the extra sources, so gold never crosses catalogs."""
+        path = Path(self.path).expanduser().resolve()
+        kind = self._main_kind() or (detect_kind(path) if path.exists() else "missing")
+        extra = sorted(str(Path(p).expanduser().resolve()) for p in self.extra_sources)
+        sources_dir = str(Path(self.sources_dir).expanduser().resolve()) if self.sources_dir else ""
+        digest = content_hash(json.dumps([str(path), kind, extra, sources_dir]))[:12]
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", source_name(path)).strip("._-") or "catalog"
+        return f"{name[:40]}-{digest}"
+
     def gold(self) -> GoldSet | None:
-        gold_dir = self.gold_path or (self.path if self.format == "beir" else None)
+        main_is_beir = (self._main_kind() or detect_kind(self.path)) == "beir"
+        gold_dir = self.gold_path or (self.path if main_is_beir else None)
         return load_gold(gold_dir) if gold_dir else None
 
 
@@ -259,6 +349,14 @@ class IndexStorageResource(ConfigurableResource):
     @property
     def inbox_dir(self) -> Path:
         return Path(self.home) / INBOX_DIR
+
+    @property
+    def gold_dir(self) -> Path:
+        """Where each catalog's generated gold is frozen, and its default curated gold file."""
+        return Path(self.home) / "gold"
+
+    def gold_store(self) -> GoldStore:
+        return GoldStore(self.gold_dir)
 
     def versions(self) -> IndexVersions:
         return IndexVersions(Path(self.home) / "indexes")

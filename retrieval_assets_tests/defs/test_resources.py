@@ -132,3 +132,30 @@ def test_an_undescribed_field_is_reported() -> None:
         bare: int = 1
 
     assert _undescribed_in({"example": Example().get_resource_definition()}) == ["example.bare"]
+
+
+def test_catalog_sources_of_every_kind_each_their_own_tenant(tmp_path: Path) -> None:
+    from retrieval_assets.core.ingest.catalog import ColumnMapping
+
+    (tmp_path / "papers").mkdir()
+    (tmp_path / "rows.csv").write_text("key,body\na,x\n")
+    catalog = CatalogResource(
+        format="auto",
+        path=str(tmp_path / "papers"),
+        extra_sources=[str(tmp_path / "rows.csv")],
+        exclude=["drafts/**"],
+        max_file_mb=1,
+        id_column="key",
+        text_column="body",
+    )
+    sources = catalog.sources()
+    assert {name: (s.format, s.tenant_id) for name, s in sources.items()} == {
+        "papers": ("files", "default"),
+        "rows": ("table", "rows"),
+    }
+    assert (sources["papers"].exclude, sources["papers"].max_file_bytes) == (("drafts/**",), 2**20)
+    assert sources["rows"].columns == ColumnMapping(id="key", text="body")
+    assert catalog.gold() is None  # a folder of files has no gold of its own
+    clash = CatalogResource(format="auto", path=str(tmp_path / "papers"), extra_sources=[str(tmp_path / "papers")])
+    with pytest.raises(ValueError, match="two catalog sources are named 'papers'"):
+        clash.sources()

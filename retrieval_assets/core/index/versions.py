@@ -255,7 +255,7 @@ class IndexVersions:
 
     def quality_history(self) -> list[dict[str, Any]]:
         """One row per complete version, oldest first: the metrics of the configuration it serves, the
-        gate's verdict and whether it serves now."""
+        gate's verdict, the gold that judged it (fingerprint and kind) and whether it serves now."""
         promoted = self.promoted()
         rows = []
         for version in self.sealed():
@@ -273,6 +273,9 @@ class IndexVersions:
                     "recall@100": metrics.get("recall@100"),
                     "p95_ms": metrics.get("p95_ms"),
                     "gate": "passed" if gate.get("passed") else ("refused" if gate else "not evaluated"),
+                    # The gold that judged it; an evaluation from before gold kinds were recorded had the catalog's own.
+                    "gold": report.get("gold"),
+                    "gold_kind": report.get("gold_kind") or ("curated" if report.get("gold") else None),
                     "promoted": promoted is not None and version.id == promoted.id,
                 }
             )

@@ -18,9 +18,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 CatalogFormat = Literal["tool_catalog", "beir"]
-# A source is a catalog file in one of those formats, or the document inbox (``inbox.py``), whose
-# entries carry their own format and tenant.
-SourceFormat = Literal["tool_catalog", "beir", "inbox"]
+# A source is a catalog file in one of those formats, the document inbox (``inbox.py``), whose
+# entries carry their own format and tenant, or one of the kinds in ``sources``: a folder of files,
+# a table, the ACL Anthology's data directory.
+SourceFormat = Literal["tool_catalog", "beir", "inbox", "files", "table", "acl_anthology"]
+DEFAULT_MAX_FILE_BYTES = 64 * 2**20
 
 
 class CatalogError(ValueError):
@@ -38,17 +40,42 @@ class RawRow(BaseModel):
     utf8_error: bool = False  # the bytes were not valid UTF-8; ``raw`` holds a lossy decode
 
 
+class ColumnMapping(BaseModel):
+    """Which columns of a table hold a document's fields; unset ones are found by name
+    (``sources.table``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str | None = None
+    title: str | None = None
+    text: str | None = None
+    tenant: str | None = None
+    # Columns kept as metadata; None: every other column with scalar or list-of-scalar values.
+    metadata: tuple[str, ...] | None = None
+
+
 class CatalogSource(BaseModel):
     """Where a catalog lives and how to read it.
 
     ``path`` is a ``.jsonl``/``.jsonl.gz`` file for ``tool_catalog``, a BEIR directory
-    (holding ``corpus.jsonl`` or ``corpus.jsonl.gz``) for ``beir``, and the inbox directory for
-    ``inbox``.
+    (holding ``corpus.jsonl`` or ``corpus.jsonl.gz``) for ``beir``, the inbox directory for
+    ``inbox``, a folder for ``files``, a Parquet/CSV/JSON Lines file or a folder of Parquet files
+    for ``table``, and the Anthology's ``data/`` directory (or the folder above it) for
+    ``acl_anthology``.
     """
+
+    model_config = ConfigDict(frozen=True)
 
     format: SourceFormat
     path: str
     tenant_id: str = "default"
+    # files: which paths under the folder are read (globs relative to it; ``**`` spans folders)
+    include: tuple[str, ...] = ("**/*",)
+    exclude: tuple[str, ...] = ()
+    # files: larger files are quarantined as file_too_large without being read
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    # table: which columns hold what
+    columns: ColumnMapping = ColumnMapping()
 
 
 class GoldSet(BaseModel):
@@ -162,24 +189,8 @@ def load_gold(beir_dir: str | Path, split: str = "test") -> GoldSet:
 
 
 def source_name(path: str | Path) -> str:
-    """A catalog's name: its directory or file name without the .jsonl/.gz suffixes."""
+    """A catalog's name: its directory or file name without its format's suffixes."""
     name = Path(path).name
-    for suffix in (".gz", ".jsonl"):
+    for suffix in (".gz", ".jsonl", ".ndjson", ".parquet", ".csv", ".tsv"):
         name = name.removesuffix(suffix)
     return name
-
-
-def discover_sources(directory: str | Path) -> dict[str, CatalogSource]:
-    """Catalogs in ``directory`` by name, each its own tenant: a subdirectory holding a BEIR
-    ``corpus.jsonl(.gz)``, or a ``.jsonl(.gz)`` tool catalog. Anything else is ignored."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CatalogError(f"catalog sources directory not found: {directory}")
-    found = {}
-    for entry in sorted(directory.iterdir()):
-        name = source_name(entry)
-        if entry.is_dir() and any((entry / f).is_file() for f in ("corpus.jsonl", "corpus.jsonl.gz")):
-            found[name] = CatalogSource(format="beir", path=str(entry), tenant_id=name)
-        elif entry.is_file() and entry.name.endswith((".jsonl", ".jsonl.gz")):
-            found[name] = CatalogSource(format="tool_catalog", path=str(entry), tenant_id=name)
-    return found

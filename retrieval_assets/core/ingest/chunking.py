@@ -109,6 +109,41 @@ def split_sections(text: str) -> list[tuple[str, str]]:
     return sections
 
 
+# A run of words to window on its own: its section, its words and each word's page (None when
+# the document has no pages).
+_Run = tuple[str, list[str], list[int | None]]
+# Longest section name kept from a heading that is not an IMRaD name.
+_MAX_SECTION_CHARS = 80
+
+
+def heading_section(heading: str | None) -> str:
+    """The section a structured document's heading names: the IMRaD name for "2. Methods" or
+    "RESULTS", else the heading itself (so a hit in a manual says "Installation"); ``body``
+    before the first heading."""
+    if heading is None or not heading.strip():
+        return BODY
+    match = _HEADING_LINE.match(heading)
+    if match:
+        return _section_of(match.group("label"))
+    return " ".join(heading.split())[:_MAX_SECTION_CHARS]
+
+
+def structured_runs(doc: Document) -> list[_Run]:
+    """A structured document's words by heading, each with the page it is on (``TextSpan``s)."""
+    runs: list[_Run] = []
+    position, last_heading = 0, object()
+    for span in doc.structure:
+        words = doc.text[position : position + span.length].split()
+        position += span.length + 1  # spans are joined by one newline
+        if runs and span.heading == last_heading:
+            runs[-1][1].extend(words)
+            runs[-1][2].extend([span.page] * len(words))
+        else:
+            runs.append((heading_section(span.heading), words, [span.page] * len(words)))
+        last_heading = span.heading
+    return [run for run in runs if run[1]]
+
+
 class Chunker(ABC):
     """Port: split a document into chunks with ids ``{doc_id}#{ordinal}``."""
 
@@ -117,7 +152,13 @@ class Chunker(ABC):
 
 
 class WindowedChunker(Chunker):
-    """Shared word windowing; subclasses decide how the text is split into sections first."""
+    """Shared word windowing; subclasses decide how the text is split into sections first.
+
+    A structured document (one extracted from a file) is split at its own headings rather than
+    at headings found in its text, and each chunk records the pages it spans as
+    ``page_start``/``page_end`` metadata."""
+
+    splits_text = False  # whether an unstructured text is split at headings found in it
 
     def __init__(self, window_words: int = 256, overlap_words: int = 32) -> None:
         if window_words < 1:
@@ -130,25 +171,35 @@ class WindowedChunker(Chunker):
         self.overlap_words = overlap_words
 
     @abstractmethod
-    def sections(self, text: str) -> list[tuple[str, str]]:
-        """``(section, text)`` runs to window independently."""
+    def runs(self, runs: list[_Run]) -> list[_Run]:
+        """The runs to window independently, from a document's runs by section."""
+
+    def window_starts(self, words: int) -> range:
+        """Starts of windows of ``window_words`` words, each sharing ``overlap_words`` with the
+        previous one. A new window starts only while it would add words the previous one lacked."""
+        if not words:
+            return range(0)
+        return range(0, max(words - self.overlap_words, 1), self.window_words - self.overlap_words)
 
     def windows(self, words: list[str]) -> list[list[str]]:
-        """Windows of ``window_words`` words, each sharing ``overlap_words`` with the previous one.
-
-        A new window starts only while it would add words the previous one lacked.
-        """
-        if not words:
-            return []
-        step = self.window_words - self.overlap_words
-        last_start = max(len(words) - self.overlap_words, 1)
-        return [words[start : start + self.window_words] for start in range(0, last_start, step)]
+        return [words[start : start + self.window_words] for start in self.window_starts(len(words))]
 
     def chunk(self, doc: Document) -> list[Chunk]:
+        if doc.structure:
+            runs = structured_runs(doc)
+        else:
+            runs = []
+            for section, text in split_sections(doc.text) if self.splits_text else [(BODY, doc.text)]:
+                words = text.split()
+                runs.append((section, words, [None] * len(words)))
         chunks: list[Chunk] = []
-        for section, text in self.sections(doc.text):
-            for window in self.windows(text.split()):
+        for section, words, pages in self.runs(runs):
+            for start in self.window_starts(len(words)):
                 ordinal = len(chunks)
+                window_pages = [page for page in pages[start : start + self.window_words] if page is not None]
+                metadata = doc.metadata
+                if window_pages:
+                    metadata = {**metadata, "page_start": min(window_pages), "page_end": max(window_pages)}
                 chunks.append(
                     Chunk(
                         chunk_id=Chunk.make_id(doc.doc_id, ordinal),
@@ -157,8 +208,8 @@ class WindowedChunker(Chunker):
                         tenant_id=doc.tenant_id,
                         section=section,
                         title=doc.title,
-                        text=" ".join(window),
-                        metadata=doc.metadata,
+                        text=" ".join(words[start : start + self.window_words]),
+                        metadata=metadata,
                     )
                 )
         return chunks
@@ -167,12 +218,15 @@ class WindowedChunker(Chunker):
 class SlidingWindowChunker(WindowedChunker):
     """Word windows over the whole text, all in section ``body``."""
 
-    def sections(self, text: str) -> list[tuple[str, str]]:
-        return [(BODY, text)]
+    def runs(self, runs: list[_Run]) -> list[_Run]:
+        words = [word for _, run_words, _ in runs for word in run_words]
+        pages = [page for _, _, run_pages in runs for page in run_pages]
+        return [(BODY, words, pages)] if words else []
 
 
 class SectionAwareChunker(WindowedChunker):
-    """Word windows within IMRaD sections and structured-abstract parts.
+    """Word windows within IMRaD sections and structured-abstract parts, or within a structured
+    document's own headings.
 
     Adjacent sections are packed together while they fit one window, so a short structured
     abstract stays one chunk (a 10-word "BACKGROUND" chunk retrieves poorly on its own) and
@@ -180,24 +234,33 @@ class SectionAwareChunker(WindowedChunker):
     A packed run is named after the section holding most of its words.
     """
 
-    def sections(self, text: str) -> list[tuple[str, str]]:
-        packed: list[list[tuple[str, str]]] = []
+    splits_text = True
+
+    def runs(self, runs: list[_Run]) -> list[_Run]:
+        packed: list[list[_Run]] = []
         packed_words = 0
-        for section, body in split_sections(text):
-            words = len(body.split())
+        for run in runs:
+            words = len(run[1])
             if packed and packed_words + words <= self.window_words:
-                packed[-1].append((section, body))
+                packed[-1].append(run)
                 packed_words += words
             else:
-                packed.append([(section, body)])
+                packed.append([run])
                 packed_words = words
-        return [(_dominant_section(run), "\n".join(body for _, body in run)) for run in packed]
+        return [
+            (
+                _dominant_section(group),
+                [word for _, words, _ in group for word in words],
+                [page for _, _, pages in group for page in pages],
+            )
+            for group in packed
+        ]
 
 
-def _dominant_section(run: list[tuple[str, str]]) -> str:
+def _dominant_section(group: list[_Run]) -> str:
     words: dict[str, int] = {}
-    for section, body in run:
-        words[section] = words.get(section, 0) + len(body.split())
+    for section, run_words, _ in group:
+        words[section] = words.get(section, 0) + len(run_words)
     return max(words, key=lambda section: words[section])  # ties: the earlier section
 
 

@@ -17,6 +17,12 @@ Field rules per format:
   as ``empty_text``: a bare name gives retrieval almost nothing to match and usually means
   a broken export. Keywords are appended to the text as a final ``Keywords: a, b`` line so
   every retrieval strategy sees them, and kept in ``metadata["keywords"]``.
+* ``document``: what the source kinds of ``ingest.sources`` write (``sources.records``):
+  ``id``, ``title``, ``tenant_id`` and ``metadata`` as above, and either ``text`` or
+  ``blocks`` (``heading``, ``page``, ``text``), which are cleaned one by one and kept as the
+  document's ``structure``; a record with ``rejected`` (a reason and a detail: an encrypted
+  PDF, a paper without an abstract) is quarantined with that reason. The text limit is
+  ``DOCUMENT_MAX_TEXT_CHARS``: a file is a whole paper or book, not a record.
 
 Metadata is flattened to filterable values: scalars stay (a ``year`` given as a digit
 string becomes an integer, so year ranges work), lists of scalars become ``list[str]``,
@@ -33,9 +39,8 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -43,28 +48,19 @@ from pydantic import BaseModel
 from pylatexenc import latexwalker
 from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
-from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, RAW_ROW_COLUMNS, dump_metadata, frame_to_documents
-from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord
+from retrieval_assets.core.ingest.catalog import RawRow
+from retrieval_assets.core.ingest.reasons import QuarantineReason
+from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, RAW_ROW_COLUMNS, document_row, frame_to_documents
+from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord, TextSpan
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
 
 RAW_EXCERPT_CHARS = 2_000
 DEFAULT_MAX_TEXT_CHARS = 200_000
-
-
-class QuarantineReason(StrEnum):
-    """Why a raw row was not turned into a Document."""
-
-    BLANK_LINE = "blank_line"  # the line is empty or whitespace only
-    INVALID_UTF8 = "invalid_utf8"  # the line's bytes are not valid UTF-8
-    MALFORMED_JSON = "malformed_json"  # the line does not parse as JSON
-    NOT_AN_OBJECT = "not_an_object"  # valid JSON, but not an object
-    MISSING_ID = "missing_id"  # no id, null id or an empty id
-    INVALID_FIELD_TYPE = "invalid_field_type"  # a field has the wrong type (id, name, keywords, ...)
-    INVALID_METADATA = "invalid_metadata"  # metadata nested too deep, or keys collide after flattening
-    EMPTY_TEXT = "empty_text"  # nothing left to retrieve after cleaning (see module docstring)
-    TEXT_TOO_LONG = "text_too_long"  # the source text is over ``max_text_chars``
-    DUPLICATE_ID = "duplicate_id"  # an earlier row with the same id was already kept
+# Files are whole papers, reports and books rather than records: about 300,000 words.
+DOCUMENT_MAX_TEXT_CHARS = 2_000_000
+# The formats cleaning reads: the catalog formats, and ``document``, the one every source kind in
+# ``ingest.sources`` writes (``sources.records``).
+RecordFormat = Literal["tool_catalog", "beir", "document"]
 
 
 class CleaningStats(BaseModel):
@@ -209,6 +205,8 @@ class _Parsed:
     body: str
     keywords: list[str] = field(default_factory=list)
     metadata: dict[str, MetadataValue] = field(default_factory=dict)
+    # (heading, page, text) runs of a structured record; ``body`` is then unused
+    blocks: list[tuple[str | None, int | None, str]] | None = None
 
 
 def _is_scalar(value: Any) -> bool:
@@ -336,10 +334,80 @@ def _parse_tool(record: dict[str, Any], tenant_id: str) -> _Parsed:
     )
 
 
-_PARSERS = {"beir": _parse_beir, "tool_catalog": _parse_tool}
+def _parse_blocks(value: Any, doc_id: str) -> list[tuple[str | None, int | None, str]]:
+    if not isinstance(value, list) or not all(isinstance(block, dict) for block in value):
+        raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, "blocks must be a list of objects", doc_id)
+    blocks = []
+    for block in value:
+        heading, page, text = block.get("heading"), block.get("page"), block.get("text")
+        if not isinstance(text, str) or not isinstance(heading, str | None) or not isinstance(page, int | None):
+            detail = "each block needs text (a string), and heading (a string) and page (an integer) if given"
+            raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, detail, doc_id)
+        blocks.append((heading, page, text))
+    return blocks
 
 
-def _to_document(parsed: _Parsed, fmt: CatalogFormat, max_text_chars: int) -> Document:
+def _parse_document(record: dict[str, Any], tenant_id: str) -> _Parsed:
+    """A ``sources.records`` record: a document, or a rejection with its reason."""
+    rejected = record.get("rejected")
+    if rejected is not None:
+        doc_id = record.get("id")
+        doc_id = str(doc_id) if isinstance(doc_id, str | int) and not isinstance(doc_id, bool) else None
+        reason = rejected.get("reason") if isinstance(rejected, dict) else None
+        if not isinstance(reason, str) or reason not in {known.value for known in QuarantineReason}:
+            raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, f"unknown rejection {rejected!r}", doc_id)
+        raise RowRejected(QuarantineReason(reason), str(rejected.get("detail", "")), doc_id)
+    doc_id = _parse_id(record, "id")
+    blocks = _parse_blocks(record["blocks"], doc_id) if "blocks" in record else None
+    return _Parsed(
+        doc_id=doc_id,
+        tenant_id=_optional_str(record, "tenant_id", doc_id).strip() or tenant_id,
+        title=_optional_str(record, "title", doc_id),
+        body="" if blocks is not None else _optional_str(record, "text", doc_id),
+        metadata=_flatten_metadata(_optional_object(record, "metadata", doc_id), doc_id),
+        blocks=blocks,
+    )
+
+
+_PARSERS = {"beir": _parse_beir, "tool_catalog": _parse_tool, "document": _parse_document}
+
+
+def _structured_text(blocks: list[tuple[str | None, int | None, str]]) -> tuple[str, list[TextSpan]]:
+    """Blocks cleaned one by one and joined by newlines, with the span each one covers; blocks
+    left empty by cleaning are dropped. A section's heading line opens its first block, so that
+    heading words are searchable like every other word."""
+    texts, spans, previous = [], [], None
+    for raw_heading, page, raw in blocks:
+        heading = clean_text(raw_heading) if raw_heading else None
+        text = clean_text(raw)
+        if not text:
+            continue
+        if heading and heading != previous:
+            text = f"{heading}\n{text}"
+        previous = heading
+        texts.append(text)
+        spans.append(TextSpan(heading=heading, page=page, length=len(text)))
+    return "\n".join(texts), spans
+
+
+def _to_document(parsed: _Parsed, fmt: RecordFormat, max_text_chars: int) -> Document:
+    if parsed.blocks is not None:
+        size = sum(len(text) for _, _, text in parsed.blocks)
+        if size > max_text_chars:
+            detail = f"text has {size:,} chars, limit {max_text_chars:,}"
+            raise RowRejected(QuarantineReason.TEXT_TOO_LONG, detail, parsed.doc_id)
+        body, structure = _structured_text(parsed.blocks)
+        title = clean_text(parsed.title)
+        if not body:
+            raise RowRejected(QuarantineReason.EMPTY_TEXT, "no text left after cleaning", parsed.doc_id)
+        return Document(
+            doc_id=parsed.doc_id,
+            title=title,
+            text=body,
+            tenant_id=parsed.tenant_id,
+            metadata=parsed.metadata,
+            structure=structure,
+        )
     if len(parsed.body) > max_text_chars:
         # Checked before cleaning so a pathological row costs nothing to reject.
         detail = f"text has {len(parsed.body):,} chars, limit {max_text_chars:,}"
@@ -364,7 +432,7 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> Document:
+def parse_row(row: RawRow, fmt: RecordFormat, tenant_id: str, max_text_chars: int) -> Document:
     if row.utf8_error:
         raise RowRejected(QuarantineReason.INVALID_UTF8, "line is not valid UTF-8 (undecodable bytes shown as U+FFFD)")
     if not row.raw.strip():
@@ -394,17 +462,17 @@ def parse_row(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: i
 PARSE_COLUMNS: dict[str, str] = {**DOCUMENT_COLUMNS, "reason": "string", "detail": "string"}
 
 
-def parse_record(row: RawRow, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> dict[str, Any]:
+def parse_record(row: RawRow, fmt: RecordFormat, tenant_id: str, max_text_chars: int) -> dict[str, Any]:
     record = dict.fromkeys(PARSE_COLUMNS)
     try:
         doc = parse_row(row, fmt, tenant_id, max_text_chars)
     except RowRejected as rejected:
         return record | {"doc_id": rejected.doc_id, "reason": rejected.reason.value, "detail": rejected.detail}
-    return record | doc.model_dump() | {"metadata": dump_metadata(doc.metadata)}
+    return record | document_row(doc)
 
 
 def parse_rows(
-    rows: Iterable[RawRow], fmt: CatalogFormat, tenant_id: str = "default", max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    rows: Iterable[RawRow], fmt: RecordFormat, tenant_id: str = "default", max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
 ) -> pd.DataFrame:
     """One ``PARSE_COLUMNS`` record per row, in row order."""
     if fmt not in _PARSERS:
@@ -487,7 +555,7 @@ def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) ->
 
 def clean_rows(
     rows: Iterable[RawRow],
-    fmt: CatalogFormat,
+    fmt: RecordFormat,
     tenant_id: str = "default",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
 ) -> CleaningResult:

@@ -19,8 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from retrieval_assets.core.ingest import chunking, cleaning
-from retrieval_assets.core.ingest.catalog import CatalogFormat
-from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, parse_rows
+from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, parse_rows
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -51,7 +50,7 @@ class ParsedRows:
         self._seen: list[pd.DataFrame] = []
         self.reused = self.parsed = 0
 
-    def parse(self, raw: pd.DataFrame, fmt: CatalogFormat, tenant_id: str, max_text_chars: int) -> pd.DataFrame:
+    def parse(self, raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, max_text_chars: int) -> pd.DataFrame:
         """``parse_rows`` of a raw rows frame, taking the previous build's record of each row
         seen before (same bytes, cleaning code, format, tenant and limit)."""
         salt = _source_hash(inspect.getsource(cleaning), fmt, tenant_id, max_text_chars)

@@ -8,7 +8,7 @@ the Parquet output of the one before it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -21,16 +21,17 @@ from retrieval_assets.core.ingest.catalog import (
     CatalogSource,
     RawRow,
     catalog_file,
-    load_raw_rows,
 )
 from retrieval_assets.core.ingest.chunking import make_chunker
 from retrieval_assets.core.ingest.cleaning import (
     DEFAULT_MAX_TEXT_CHARS,
+    DOCUMENT_MAX_TEXT_CHARS,
     RAW_EXCERPT_CHARS,
     CleanedFrame,
     CleaningResult,
     CleaningStats,
     QuarantineReason,
+    RecordFormat,
     clean_parsed,
     clean_rows,
     parse_rows,
@@ -42,6 +43,7 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOutcome,
 )
 from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     chunks_to_frame,
@@ -55,13 +57,19 @@ from retrieval_assets.core.settings import ChunkingSettings
 
 
 def source_key(source: CatalogSource) -> str:
-    """The ``source`` column of a source's raw rows: its file, or the inbox directory."""
-    return source.path if source.format == "inbox" else str(catalog_file(source.path, source.format))
+    """The ``source`` column of a source's raw rows: its file, folder or the inbox directory
+    (with its include globs where they are not the default: two single-file sources of one folder
+    are two sources)."""
+    if source.format == "inbox":
+        return source.path
+    if source.format in ("tool_catalog", "beir"):
+        return str(catalog_file(source.path, source.format))
+    key = str(Path(source.path))
+    default = CatalogSource.model_fields["include"].default
+    return key if source.format != "files" or source.include == default else f"{key}::{','.join(source.include)}"
 
 
-def _raw_rows(source: CatalogSource) -> Iterator[RawRow]:
-    if source.format != "inbox":
-        return load_raw_rows(source)
+def _inbox_rows(source: CatalogSource) -> Iterator[RawRow]:
     # One row per inbox entry, archived ones first: the order in which a build applies them.
     entries = DocumentInbox(Path(source.path)).snapshot()
     fields = set(InboxEntry.model_fields)
@@ -71,13 +79,39 @@ def _raw_rows(source: CatalogSource) -> Iterator[RawRow]:
     )
 
 
-def read_raw_catalog(source: CatalogSource) -> pd.DataFrame:
-    return raw_rows_to_frame(_raw_rows(source))
+def read_source_rows(source: CatalogSource, cache_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """One source's raw rows, keyed by ``source_key``, and what reading them took
+    (``SourceRead.stats``)."""
+    if source.format == "inbox":
+        frame = raw_rows_to_frame(_inbox_rows(source))
+        return frame, {"rows": len(frame)}
+    read = read_source(source, cache_dir)
+    frame = raw_rows_to_frame(read.rows)
+    frame = frame.assign(source=pd.Series(source_key(source), index=frame.index, dtype="string"))
+    return frame, dict(read.stats)
 
 
-def read_raw_catalogs(sources: Sequence[CatalogSource]) -> pd.DataFrame:
-    """Every line of every source; the ``source`` column says which file it came from."""
-    return raw_rows_to_frame(row for source in sources for row in _raw_rows(source))
+def read_raw_catalog(source: CatalogSource, cache_dir: Path | None = None) -> pd.DataFrame:
+    return read_source_rows(source, cache_dir)[0]
+
+
+def read_raw_catalogs(
+    sources: Mapping[str, CatalogSource], cache_dir: Path | None = None
+) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
+    """Every row of every source (the ``source`` column says which), and each source's reading
+    stats by name. With ``cache_dir``, folders of files re-read only changed files."""
+    frames, stats = [], {}
+    for name, source in sources.items():
+        frame, stats[name] = read_source_rows(source, cache_dir)
+        frames.append(frame)
+    return (pd.concat(frames, ignore_index=True) if frames else raw_rows_to_frame([])), stats
+
+
+def record_format(source: CatalogSource) -> RecordFormat:
+    """The format cleaning reads a (non-inbox) source's rows in."""
+    if source.format in DOCUMENT_KINDS:
+        return "document"
+    return cast(CatalogFormat, source.format)
 
 
 @dataclass
@@ -95,12 +129,14 @@ class CleanedCatalogs:
     receipts: list[dict[str, Any]] = field(default_factory=list)
     superseded: int = 0
     tombstones: int = 0
+    # Each catalog source's own cleaning stats, by ``source_key`` (the inbox's are in ``receipts``).
+    by_source: dict[str, CleaningStats] = field(default_factory=dict)
 
 
-def _clean_source(raw: pd.DataFrame, fmt: CatalogFormat, tenant_id: str, memo: ParsedRows | None) -> CleanedFrame:
+def _clean_source(raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, memo: ParsedRows | None) -> CleanedFrame:
     """A catalog (not the inbox) source's rows cleaned with its format and tenant; with a
     ``memo``, rows parsed by the last build are not parsed again."""
-    limit = DEFAULT_MAX_TEXT_CHARS
+    limit = DOCUMENT_MAX_TEXT_CHARS if fmt == "document" else DEFAULT_MAX_TEXT_CHARS
     if memo is None:
         parsed = parse_rows(frame_to_raw_rows(raw), fmt, tenant_id, limit)
     else:
@@ -114,7 +150,7 @@ def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
     if source.format == "inbox":
         applied = apply_inbox(documents_to_frame([]), frame_to_raw_rows(raw))
         return CleanedFrame(applied.documents, applied.quarantine, applied.stats).result()
-    return _clean_source(raw, source.format, source.tenant_id, None).result()
+    return _clean_source(raw, record_format(source), source.tenant_id, None).result()
 
 
 def clean_catalogs(
@@ -122,13 +158,15 @@ def clean_catalogs(
 ) -> CleanedCatalogs:
     """Each catalog's rows cleaned with its own format and tenant, the results concatenated, then
     the inbox's entries applied on top, in the order they were accepted."""
-    results, inbox_rows = [], []
+    results, inbox_rows, by_source = [], [], {}
     for source in sources:
-        rows = raw[raw["source"] == source_key(source)]
+        key = source_key(source)
+        rows = raw[raw["source"] == key]
         if source.format == "inbox":
             inbox_rows.append(rows)
         else:
-            results.append(_clean_source(rows, source.format, source.tenant_id, memo))
+            results.append(_clean_source(rows, record_format(source), source.tenant_id, memo))
+            by_source[key] = results[-1].stats
     if memo is not None:
         memo.save()
     claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
@@ -139,7 +177,7 @@ def clean_catalogs(
     quarantine = [q for r in results for q in r.quarantine]
     stats = CleaningStats.combine(r.stats for r in results)
     if not inbox_rows:
-        return CleanedCatalogs(documents, quarantine, stats)
+        return CleanedCatalogs(documents, quarantine, stats, by_source=by_source)
     applied = apply_inbox(documents, (row for rows in inbox_rows for row in frame_to_raw_rows(rows)))
     return CleanedCatalogs(
         applied.documents,
@@ -148,6 +186,7 @@ def clean_catalogs(
         applied.receipts,
         applied.superseded,
         applied.tombstones,
+        by_source,
     )
 
 

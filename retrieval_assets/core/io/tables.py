@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from retrieval_assets.core.ingest.catalog import RawRow
 from retrieval_assets.core.io.files import write_atomically
-from retrieval_assets.core.models import Chunk, Document, MetadataValue, QuarantineRecord
+from retrieval_assets.core.models import Chunk, Document, MetadataValue, QuarantineRecord, TextSpan
 from retrieval_assets.core.stores.base import Payload
 
 # "string" (not pandas 3's default "str") keeps missing values as <NA> on every pandas version.
@@ -32,6 +32,8 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "text": "string",
     "tenant_id": "string",
     "metadata": "string",
+    # JSON list of TextSpan objects for structured documents (files); <NA> for the others
+    "structure": "string",
 }
 QUARANTINE_COLUMNS: dict[str, str] = {
     "source": "string",
@@ -124,14 +126,34 @@ def frame_to_raw_rows(frame: pd.DataFrame) -> Iterator[RawRow]:
     return (RawRow(**record) for record in _records(frame, RAW_ROW_COLUMNS, "raw rows"))
 
 
+def document_row(doc: Document) -> dict[str, Any]:
+    """A document as a ``DOCUMENT_COLUMNS`` row."""
+    return {
+        **doc.model_dump(exclude={"structure"}),
+        "metadata": dump_metadata(doc.metadata),
+        "structure": dump_structure(doc.structure),
+    }
+
+
+def dump_structure(structure: Sequence[TextSpan]) -> str | None:
+    if not structure:
+        return None
+    return json.dumps([span.model_dump(exclude_none=True) for span in structure], ensure_ascii=False)
+
+
 def documents_to_frame(documents: Iterable[Document]) -> pd.DataFrame:
-    records = ({**doc.model_dump(), "metadata": dump_metadata(doc.metadata)} for doc in documents)
-    return _frame(records, DOCUMENT_COLUMNS)
+    return _frame(map(document_row, documents), DOCUMENT_COLUMNS)
 
 
 def frame_to_documents(frame: pd.DataFrame) -> list[Document]:
     return [
-        Document(**{**record, "metadata": json.loads(record["metadata"])})
+        Document(
+            **{
+                **record,
+                "metadata": json.loads(record["metadata"]),
+                "structure": json.loads(record["structure"]) if record["structure"] else [],
+            }
+        )
         for record in _records(frame, DOCUMENT_COLUMNS, "documents")
     ]
 

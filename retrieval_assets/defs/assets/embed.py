@@ -117,7 +117,7 @@ def embedding_cache_shard(
     if keys["source"] not in sources:
         raise ValueError(f"catalog source {keys['source']!r} is no longer configured; known: {sorted(sources)}")
     source = sources[keys["source"]]
-    cleaned = clean_catalog(read_raw_catalog(source), source)
+    cleaned = clean_catalog(read_raw_catalog(source, storage.ingest_cache_dir), source)
     shard = [d for d in cleaned.documents if shard_of(d.doc_id) == keys["shard"]]
     chunks = chunks_to_frame(chunk_documents(shard, chunking.settings()))
     dense, sparse = models.dense_encoder(), models.sparse_encoder()

@@ -35,6 +35,7 @@ from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration, Tuni
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.defs.assets.candidate import INDEX_WRITES_POOL
+from retrieval_assets.defs.assets.gold import catalog_gold, describe, retired_from
 from retrieval_assets.defs.columns import HISTORY_DESCRIPTIONS
 from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
 from retrieval_assets.defs.resources import (
@@ -100,8 +101,20 @@ def _per_query(report: EvaluationReport) -> dict[str, dict[str, float]]:
     return {q.query_id: {"ndcg@10": q.ndcg_at_10, "recall@100": q.recall_at_100} for q in report.per_query}
 
 
-def _history_table(versions: IndexVersions) -> MetadataValue:
-    return _table(pd.DataFrame(versions.quality_history()), HISTORY_DESCRIPTIONS)
+_GOLD_COLUMNS = {
+    "gold": "Fingerprint of the gold queries that judged the version.",
+    "gold_kind": "Which gold judged the version: curated (the catalog's own or a person's), known_item or llm "
+    "(generated from the documents).",
+}
+
+
+def _history_table(versions: IndexVersions, *, deciding: str | None = None) -> MetadataValue:
+    """The quality history; on the evaluation (``deciding``: the candidate being judged) without
+    the ``promoted`` column, which only the promotion that follows can make true."""
+    frame = pd.DataFrame(versions.quality_history())
+    if deciding is not None:
+        frame = frame.drop(columns=["promoted"])
+    return _table(frame, {**HISTORY_DESCRIPTIONS, **_GOLD_COLUMNS})
 
 
 class EvaluationConfig(Config):
@@ -125,7 +138,7 @@ def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previ
     group_name=GROUP,
     kinds={"python"},
     # Reads the configuration learned for the candidate from the version directory.
-    deps=["retrieval_configuration"],
+    deps=["retrieval_configuration", "gold_queries"],
     check_specs=[
         AssetCheckSpec(
             "promotion_gate",
@@ -157,14 +170,27 @@ def retrieval_evaluation(
     learned = candidate.learned_configuration() or {}
     served = TUNED if learned.get("adopted") else DEFAULT_CONFIGURATION
 
-    gold = catalog.gold()
+    judged = catalog_gold(catalog, storage)
+    gold = judged.gold
     summary: dict[str, dict[str, float]] = {}
+    beside: dict[str, float] = {}
     per_query: dict[str, dict[str, float]] = {}
-    metadata: dict[str, Any] = {"version": candidate.id, "evaluated": gold is not None, "served": served}
+    metadata: dict[str, Any] = {
+        "version": candidate.id,
+        "evaluated": gold is not None,
+        "served": served,
+        "gold_kind": judged.kind or "none",
+        "gold_source": judged.source,
+    }
     with stopwatch() as timer:
         if gold is None:
-            context.log.warning("the catalog has no gold queries (set gold_path): the gate decides on checks alone")
+            context.log.warning(
+                "the catalog has no gold queries and no generated gold (materialize gold_queries): "
+                "the gate decides on checks alone"
+            )
         else:
+            if judged.kind != "curated" and judged.generated is not None:
+                context.log.info(f"the catalog has no gold of its own: generated {describe(judged.generated)} is used")
             unknown = set(config.configurations) - set(CONFIGURATIONS)
             if unknown:
                 raise ValueError(f"unknown configurations {sorted(unknown)}; known: {sorted(CONFIGURATIONS)}")
@@ -185,6 +211,18 @@ def retrieval_evaluation(
                     reports |= evaluate_configurations(
                         deployment.configured(tuned), gold, {TUNED: {}}, progress=progress
                     )
+                if judged.beside is not None:
+                    # Generated gold beside curated gold: the served configuration, recorded, not gated.
+                    context.log.info(f"measuring {served!r} on generated {describe(judged.beside)} too (not gated)")
+                    served_deployment = deployment.configured(tuned) if served == TUNED else deployment
+                    beside = summarize(
+                        evaluate_configurations(
+                            served_deployment,
+                            judged.beside.as_gold_set(),
+                            {served: {} if served == TUNED else CONFIGURATIONS[served]},
+                            progress=progress,
+                        )[served]
+                    )
             finally:
                 # Released before promotion: a serving process opens the promoted qdrant-edge
                 # shard as soon as the pointer moves, and only one process may hold it.
@@ -202,16 +240,32 @@ def retrieval_evaluation(
                 **{metric: MetadataValue.float(value) for metric, value in summary[served].items()},
                 "configurations": _table(pd.DataFrame(summary).T.rename_axis("configuration").reset_index()),
                 "ndcg@10_distribution": _table(histogram),
+                **{f"generated_gold/{metric}": MetadataValue.float(value) for metric, value in beside.items()},
             }
     fingerprint = gold_fingerprint(gold) if gold is not None else None
     best_ever = versions.best_promoted(fingerprint) if fingerprint else {}
     same_gold = previous_report is not None and previous_report.get("gold") == fingerprint
+    promoted_queries = (previous_report or {}).get("per_query") if same_gold else None
+    if previous_report and not same_gold and gold is not None and judged.kind != "curated" and judged.generated:
+        # Generated gold that only lost queries of deleted documents since the promoted version's
+        # evaluation: the paired test compares the two on the queries both were judged on.
+        ancestors, pruned = retired_from(judged.generated)
+        if previous_report.get("gold") in ancestors:
+            promoted_queries = {
+                qid: scores
+                for qid, scores in (previous_report.get("per_query") or {}).items()
+                if qid in gold.queries and qid not in pruned
+            }
+            context.log.info(
+                f"the gold lost the queries of deleted documents since {promoted.id if promoted else 'the promoted'} "
+                f"was judged: the paired test compares the {len(promoted_queries)} queries both were judged on"
+            )
     decision = decide(
         summary.get(served),
         previous,
         gate.settings(),
         candidate_queries=per_query,
-        promoted_queries=(previous_report or {}).get("per_query") if same_gold else None,
+        promoted_queries=promoted_queries or None,
         best_ever={metric: best_ever[metric] for metric in QUALITY_METRICS if metric in best_ever},
     )
     report_path = candidate.write_evaluation(
@@ -222,6 +276,18 @@ def retrieval_evaluation(
             "served": served,
             "served_configuration": learned.get("configuration") if served == TUNED else None,
             "gold": fingerprint,
+            "gold_kind": judged.kind,
+            "gold_source": judged.source,
+            "generated_gold": (
+                {
+                    "fingerprint": judged.beside.fingerprint[:16],
+                    "kind": judged.beside.kind,
+                    "queries": len(judged.beside.queries),
+                    "runs": {served: beside},
+                }
+                if judged.beside is not None and beside
+                else None
+            ),
             "runs": summary,
             "per_query": per_query,
             "compared_with": promoted.id if previous and promoted is not None else None,
@@ -238,7 +304,8 @@ def retrieval_evaluation(
             "compared_with": _compared_with(promoted, candidate, previous),
             "report_path": str(report_path),
             "seconds": timer["seconds"],
-            "quality_history": _history_table(versions),
+            **({"gold": fingerprint} if fingerprint else {}),
+            "quality_history": _history_table(versions, deciding=candidate.id),
         },
         check_results=[
             AssetCheckResult(
@@ -246,6 +313,7 @@ def retrieval_evaluation(
                 passed=decision.passed,
                 metadata={
                     "reasons": "; ".join(decision.reasons) or "all gates passed",
+                    "gold": f"{judged.kind} gold {fingerprint}: {judged.source}" if fingerprint else "(none)",
                     "candidate_vs_promoted": _gate_table(decision),
                     "failed_gates": len(decision.reasons),
                     **_gate_numbers(decision),

@@ -1,5 +1,6 @@
 """raw_catalog -> cleaned_documents (+ quarantined_documents, inbox_receipts) -> chunks."""
 
+from typing import Any
 
 import pandas as pd
 from dagster import (
@@ -14,16 +15,17 @@ from dagster import (
     multi_asset,
 )
 
-from retrieval_assets.core.ingest.cleaning import QuarantineReason
+from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.ingest.cleaning import CleaningStats
 from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
-from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs
+from retrieval_assets.core.ingest.reasons import QuarantineReason
+from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs, source_key
 from retrieval_assets.core.io.tables import quarantine_to_frame, receipts_to_frame
-from retrieval_assets.defs.metadata import preview, stopwatch, table_metadata
+from retrieval_assets.defs.metadata import preview, source_table, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
 GROUP = "ingest"
-MAX_QUARANTINE_RATIO = 0.2
 
 
 @asset(
@@ -31,19 +33,29 @@ MAX_QUARANTINE_RATIO = 0.2
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
 )
-def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> MaterializeResult[pd.DataFrame]:
-    """Every line of every configured catalog, undecoded beyond UTF-8, so that nothing is lost before cleaning."""
+def raw_catalog(
+    context: AssetExecutionContext, catalog: CatalogResource, storage: IndexStorageResource
+) -> MaterializeResult[pd.DataFrame]:
+    """Every line, file, table row or paper of every configured catalog source, undecoded beyond
+    what reading needs, so that nothing is lost before cleaning. Folders of files are extracted
+    here (text, headings, pages); a file unchanged since the last build is not read again."""
     sources = catalog.sources()
     with stopwatch() as timer:
-        frame = read_raw_catalogs(list(sources.values()))
-    context.log.info(f"read {len(frame)} rows from {len(sources)} catalog(s): {', '.join(sources)}")
+        frame, stats = read_raw_catalogs(sources, storage.ingest_cache_dir)
+    context.log.info(f"read {len(frame)} rows from {len(sources)} catalog source(s): {', '.join(sources)}")
+    for name, source_stats in stats.items():
+        figures = ", ".join(f"{key} {value:g}" for key, value in source_stats.items())
+        context.log.info(f"{name} ({sources[name].format}): {figures}")
     return MaterializeResult(
         value=frame,
         metadata={
             **table_metadata(frame),
             "rows": len(frame),
             "rows_by_source": MetadataValue.json(frame["source"].value_counts().to_dict()),
-            "sources": MetadataValue.json({name: s.model_dump() for name, s in sources.items()}),
+            "sources": MetadataValue.json({name: s.model_dump(mode="json") for name, s in sources.items()}),
+            "reading": source_table(
+                {name: {"kind": sources[name].format, **source_stats} for name, source_stats in stats.items()}
+            ),
             "seconds": timer["seconds"],
         },
     )
@@ -76,8 +88,15 @@ def raw_catalog(context: AssetExecutionContext, catalog: CatalogResource) -> Mat
             "quarantine_ratio_below_threshold",
             asset="cleaned_documents",
             blocking=True,
-            description=f"At most {MAX_QUARANTINE_RATIO:.0%} of raw rows are quarantined.",
-        )
+            description="At most catalog.max_quarantine_ratio (default 20%) of raw rows are quarantined.",
+        ),
+        AssetCheckSpec(
+            "rows_accounted_per_source",
+            asset="cleaned_documents",
+            blocking=True,
+            description="For every catalog source, the rows (lines, files, table rows, papers) read equal the "
+            "documents kept plus the rows quarantined.",
+        ),
     ],
 )
 def cleaned_documents(
@@ -86,9 +105,9 @@ def cleaned_documents(
     """NFKC, LaTeX and whitespace cleanup; rows that cannot be used are quarantined with a reason.
     The document inbox's upserts and deletes are applied after the catalogs. Rows unchanged since
     the last build are not parsed again (``core.ingest.memo``)."""
-    memo = ParsedRows(storage.ingest_cache_dir)
+    memo, sources = ParsedRows(storage.ingest_cache_dir), catalog.sources()
     with stopwatch() as timer:
-        result = clean_catalogs(raw_catalog, list(catalog.sources().values()), memo)
+        result = clean_catalogs(raw_catalog, list(sources.values()), memo)
     kept, quarantined = result.documents, quarantine_to_frame(result.quarantine)
     receipts = receipts_to_frame(result.receipts)
     accounted = len(kept) + len(quarantined) + result.superseded + result.tombstones
@@ -97,6 +116,7 @@ def cleaned_documents(
             f"row accounting broke: {len(raw_catalog)} in, {len(kept)} kept + {len(quarantined)} quarantined"
             f" + {result.superseded} superseded by the inbox + {result.tombstones} inbox deletes"
         )
+    per_source, unaccounted = _per_source(raw_catalog, sources, result.by_source)
     by_reason = quarantined["reason"].value_counts().to_dict() if len(quarantined) else {}
     # Every reason, zeros included, as numbers: the UI plots each one over time.
     counts_by_reason = {f"quarantined/{r.value}": int(by_reason.get(r.value, 0)) for r in QuarantineReason}
@@ -113,6 +133,7 @@ def cleaned_documents(
             **counts_by_reason,
             "rows_parsed": memo.parsed,
             "rows_reused_from_memo": memo.reused,
+            "by_source": source_table(per_source),
             "superseded_by_inbox": result.superseded,
             "inbox_deletes": result.tombstones,
             "seconds": timer["seconds"],
@@ -141,17 +162,61 @@ def cleaned_documents(
             "preview": preview(receipts, ["receipt", "operation", "doc_id", "outcome", "reason"]),
         },
     )
+    reasons = ", ".join(f"{reason} {count}" for reason, count in by_reason.items()) or "none"
+    limit = catalog.max_quarantine_ratio
+    if ratio > limit:
+        example = quarantined.iloc[0]
+        context.log.error(
+            f"{len(quarantined)} of {len(raw_catalog)} rows quarantined ({ratio:.0%}, limit {limit:.0%}, "
+            f"catalog.max_quarantine_ratio): {reasons}; for example {example['source']} row "
+            f"{example['line_number']}: {example['reason']}, {example['detail']}"
+        )
     yield AssetCheckResult(
         check_name="quarantine_ratio_below_threshold",
         asset_key="cleaned_documents",
-        passed=ratio <= MAX_QUARANTINE_RATIO,
+        passed=ratio <= limit,
+        description=f"{len(quarantined)} of {len(raw_catalog)} rows quarantined ({ratio:.1%}; limit "
+        f"{limit:.0%}): {reasons}",
         metadata={
             "ratio": round(ratio, 4),
-            "threshold": MAX_QUARANTINE_RATIO,
+            "threshold": limit,
             "quarantined": len(quarantined),
             "rows_in": len(raw_catalog),
+            "by_reason": MetadataValue.json(by_reason),
         },
     )
+    yield AssetCheckResult(
+        check_name="rows_accounted_per_source",
+        asset_key="cleaned_documents",
+        passed=not unaccounted,
+        metadata={"unaccounted": MetadataValue.json(unaccounted), "sources": len(per_source)},
+    )
+
+
+def _per_source(
+    raw: pd.DataFrame, sources: dict[str, CatalogSource], stats: dict[str, CleaningStats]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each catalog source's rows read, kept and quarantined by reason; and the sources whose
+    rows read are not kept plus quarantined, with what is missing."""
+    rows_read = raw["source"].value_counts().to_dict()
+    table, unaccounted = {}, {}
+    for name, source in sources.items():
+        key = source_key(source)
+        if source.format == "inbox" or key not in stats:
+            continue
+        part = stats[key]
+        read = int(rows_read.get(key, 0))
+        reasons = {reason: count for reason, count in part.by_reason.items() if count}
+        table[name] = {
+            "kind": source.format,
+            "rows_in": read,
+            "kept": part.rows_kept,
+            "quarantined": part.rows_quarantined,
+            "reasons": ", ".join(f"{reason} {count}" for reason, count in reasons.items()),
+        }
+        if read != part.rows_kept + part.rows_quarantined:
+            unaccounted[name] = f"{read} read, {part.rows_kept} kept + {part.rows_quarantined} quarantined"
+    return table, unaccounted
 
 
 @asset(

@@ -104,8 +104,22 @@ def hostile(tmp_path: Path):
     return _clean_lines(tmp_path, [line for line, _ in HOSTILE_LINES], max_text_chars=3_000)
 
 
+# Reasons only files and the Anthology give (tests under sources/).
+SOURCE_KIND_REASONS = {
+    QuarantineReason.UNSUPPORTED_FORMAT,
+    QuarantineReason.FILE_TOO_LARGE,
+    QuarantineReason.UNREADABLE_FILE,
+    QuarantineReason.CORRUPT_FILE,
+    QuarantineReason.ENCRYPTED_FILE,
+    QuarantineReason.NO_TEXT_LAYER,
+    QuarantineReason.MISSING_ABSTRACT,
+    QuarantineReason.MALFORMED_ROW,
+}
+
+
 def test_every_quarantine_reason_occurs_and_rows_balance(hostile) -> None:
-    assert {q.reason for q in hostile.quarantine} == {reason.value for reason in QuarantineReason}
+    line_reasons = {reason.value for reason in QuarantineReason if reason not in SOURCE_KIND_REASONS}
+    assert {q.reason for q in hostile.quarantine} == line_reasons
     assert [d.doc_id for d in hostile.documents] == ["t1", "ctl"]
     assert hostile.stats.rows_in == len(HOSTILE_LINES)
     assert hostile.stats.rows_kept == 2
@@ -308,7 +322,7 @@ def test_frames_round_trip_and_have_columns_when_empty(hostile, tmp_path: Path) 
     quarantine = quarantine_to_frame(hostile.quarantine)
     assert len(quarantine) == len(hostile.quarantine)
     assert list(quarantine_to_frame([]).columns) == list(QUARANTINE_COLUMNS)
-    assert list(documents_to_frame([]).columns) == ["doc_id", "title", "text", "tenant_id", "metadata"]
+    assert list(documents_to_frame([]).columns) == ["doc_id", "title", "text", "tenant_id", "metadata", "structure"]
     assert frame_to_documents(documents_to_frame([])) == []
     with pytest.raises(ValueError, match="lacks columns"):
         frame_to_documents(frame.drop(columns=["text"]))
@@ -325,3 +339,39 @@ def test_year_strings_become_integers_only_when_they_are_ascii_and_fit_64_bits(y
         assert [q.reason for q in cleaned.quarantine] == ["invalid_metadata"]
     else:
         assert cleaned.documents[0].metadata["year"] == kept
+
+
+def _document_row(record: dict, number: int = 1) -> RawRow:
+    return RawRow(source="folder", line_number=number, raw=json.dumps(record))
+
+
+def test_document_records_keep_their_structure_and_rejections_their_reason() -> None:
+    from retrieval_assets.core.ingest.sources.records import TextBlock, document_record, rejected_record
+
+    blocks = [
+        TextBlock(heading=None, page=1, text="  Front   matter "),
+        TextBlock(heading="1 Introduction", page=1, text="We   study x."),
+        TextBlock(heading="1 Introduction", page=2, text=" \n "),  # empty after cleaning: dropped
+        TextBlock(heading="2 Methods", page=2, text="We measure $\\alpha$."),
+    ]
+    rows = [
+        _document_row(document_record("a.pdf", "A paper", blocks=blocks, metadata={"format": "pdf", "pages": 2})),
+        _document_row(rejected_record("scan.pdf", QuarantineReason.NO_TEXT_LAYER, "3 pages, no text"), 2),
+        _document_row(document_record("b.md", "", text="plain text", tenant_id="team"), 3),
+        _document_row({"id": "c", "rejected": {"reason": "no_such_reason"}}, 4),
+    ]
+    result = clean_rows(rows, "document")
+    first, plain = result.documents
+    # Each heading opens its section's text once.
+    assert first.text == "Front matter\n1 Introduction\nWe study x.\n2 Methods\nWe measure α."
+    assert [(s.heading, s.page, first.text[: s.length]) for s in first.structure[:1]] == [(None, 1, "Front matter")]
+    assert [s.heading for s in first.structure] == [None, "1 Introduction", "2 Methods"]
+    assert sum(s.length for s in first.structure) + len(first.structure) - 1 == len(first.text)
+    assert first.metadata == {"format": "pdf", "pages": 2}
+    assert (plain.doc_id, plain.tenant_id, plain.structure) == ("b.md", "team", [])
+    assert [(q.doc_id, q.reason, q.detail) for q in result.quarantine] == [
+        ("scan.pdf", "no_text_layer", "3 pages, no text"),
+        ("c", "invalid_field_type", "unknown rejection {'reason': 'no_such_reason'}"),
+    ]
+    # The structure survives the documents frame (Parquet) both ways.
+    assert frame_to_documents(documents_to_frame(result.documents)) == result.documents

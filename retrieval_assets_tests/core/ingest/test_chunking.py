@@ -203,3 +203,44 @@ def test_empty_chunk_frames_have_columns() -> None:
     frame = chunks_to_frame([])
     assert list(frame.columns) == list(CHUNK_COLUMNS) and len(frame) == 0
     assert frame_to_chunks(frame) == [] and chunk_payloads(frame) == []
+
+
+def _structured(blocks: list[tuple[str | None, int | None, str]]) -> Document:
+    """A document as cleaning builds one from a file's blocks (``cleaning._structured_text``)."""
+    from retrieval_assets.core.models import TextSpan
+
+    text = "\n".join(body for _, _, body in blocks)
+    spans = [TextSpan(heading=heading, page=page, length=len(body)) for heading, page, body in blocks]
+    return Document(doc_id="paper.pdf", text=text, structure=spans, metadata={"format": "pdf"})
+
+
+def test_a_structured_document_is_cut_at_its_own_headings_with_pages() -> None:
+    doc = _structured(
+        [
+            (None, 1, _words(3, "front")),
+            ("2. Methods", 1, _words(5, "m")),
+            ("2. Methods", 2, _words(5, "n")),
+            ("Installation notes", 3, _words(4, "i")),
+        ]
+    )
+    chunks = SectionAwareChunker(window_words=6, overlap_words=0).chunk(doc)
+    # Methods spans pages 1-2 and is windowed on its own; a heading that is no IMRaD name is the section itself.
+    assert [(c.section, c.metadata["page_start"], c.metadata["page_end"]) for c in chunks] == [
+        ("body", 1, 1),
+        ("methods", 1, 2),
+        ("methods", 2, 2),
+        ("Installation notes", 3, 3),
+    ]
+    assert chunks[1].text == "m0 m1 m2 m3 m4 n0"
+    assert all(c.metadata["format"] == "pdf" for c in chunks)
+    # Every word lands in some chunk, and a sliding window keeps the pages but not the sections.
+    assert sum(len(c.text.split()) for c in chunks) == len(doc.text.split())
+    sliding = SlidingWindowChunker(window_words=20, overlap_words=0).chunk(doc)
+    assert [(c.section, c.metadata["page_start"], c.metadata["page_end"]) for c in sliding] == [("body", 1, 3)]
+
+
+def test_a_document_without_pages_has_no_page_metadata() -> None:
+    doc = _structured([("Usage", None, "run it"), ("Usage", None, "then stop")])
+    (chunk,) = SectionAwareChunker(window_words=50, overlap_words=0).chunk(doc)
+    assert (chunk.section, chunk.text) == ("Usage", "run it then stop")
+    assert "page_start" not in chunk.metadata

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from dagster import materialize
 
+from retrieval_assets import console
 from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow, read_raw_rows
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
 from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
@@ -23,6 +24,7 @@ from retrieval_assets.defs.io_manager import ParquetIOManager
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets_tests.core.ingest.test_catalog_cleaning import SOURCE_KIND_REASONS
 
 GENERATOR = TEST_DATA / "make_hostile_catalog.py"
 GOOD_PADDING = 250  # keeps the quarantine ratio under the blocking 20 % check
@@ -59,7 +61,8 @@ def test_every_row_is_kept_or_quarantined_with_the_expected_reason(catalog: Path
     got = {label: reasons.get(line) for line, (label, _, _) in enumerate(ROWS, start=1)}
     assert got == {label: expected for label, _, expected in ROWS}
     assert all(record.detail for record in result.quarantine)
-    assert {record.reason for record in result.quarantine} == {reason.value for reason in QuarantineReason}
+    line_reasons = {reason.value for reason in QuarantineReason if reason not in SOURCE_KIND_REASONS}
+    assert {record.reason for record in result.quarantine} == line_reasons
     # Quarantine keeps a bounded excerpt, even of the 10 MB row.
     assert max(len(record.raw) for record in result.quarantine) <= 2_000
     kept = {doc.doc_id: doc for doc in result.documents}
@@ -80,11 +83,13 @@ def _padded(catalog: Path) -> Path:
     return padded
 
 
-def _ingest(path: Path, artifacts: Path):
+def _ingest(path: Path, artifacts: Path, max_quarantine_ratio: float = 0.2):
     return materialize(
         [raw_catalog, cleaned_documents, chunks],
         resources={
-            "catalog": CatalogResource(format="tool_catalog", path=str(path)),
+            "catalog": CatalogResource(
+                format="tool_catalog", path=str(path), max_quarantine_ratio=max_quarantine_ratio
+            ),
             "chunking": ChunkingResource(),
             "storage": IndexStorageResource(home=str(artifacts / "home")),
             "parquet_io_manager": ParquetIOManager(base_dir=str(artifacts)),
@@ -112,8 +117,17 @@ def test_ingestion_assets_quarantine_every_hostile_row(catalog: Path, tmp_path: 
 def test_a_mostly_hostile_catalog_stops_before_chunks(catalog: Path, tmp_path: Path) -> None:
     result = _ingest(catalog, tmp_path)
     assert not result.success
-    [check] = result.get_asset_check_evaluations()
-    assert check.check_name == "quarantine_ratio_below_threshold" and not check.passed
+    checks = {check.check_name: check for check in result.get_asset_check_evaluations()}
+    ratio = checks["quarantine_ratio_below_threshold"]
+    assert not ratio.passed and checks["rows_accounted_per_source"].passed
+    # The check says why, for the CLI to print: how many, and the reasons.
+    assert ratio.description.startswith(f"{sum(1 for *_, r in ROWS if r)} of {len(ROWS)} rows quarantined")
+    assert "malformed_json" in ratio.description
+    # A user who accepts that share goes on with the rows that are left.
+    assert _ingest(catalog, tmp_path / "accepting", max_quarantine_ratio=1.0).success
+    # What `retrieval-assets run` prints when the build stops.
+    [line] = console.failed_check_lines(result)
+    assert line == f"check cleaned_documents/quarantine_ratio_below_threshold failed: {ratio.description}"
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {"raw_catalog", "cleaned_documents", "quarantined_documents", "inbox_receipts"}
     # The quarantine table is written before the check blocks, so the rows can be inspected.

@@ -48,12 +48,12 @@ def _clean_with_inbox(tmp_path: Path, entries: list[InboxEntry], memo: ParsedRow
     inbox = DocumentInbox(tmp_path / "inbox")
     inbox.append(entries)
     sources = [CATALOG, CatalogSource(format="inbox", path=str(inbox.directory))]
-    raw = read_raw_catalogs(sources)
+    raw = read_raw_catalogs({str(i): s for i, s in enumerate(sources)})[0]
     return raw, clean_catalogs(raw, sources, memo)
 
 
 def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_accounted_for(tmp_path: Path) -> None:
-    catalog_only = clean_catalogs(read_raw_catalogs([CATALOG]), [CATALOG])
+    catalog_only = clean_catalogs(read_raw_catalogs({"main": CATALOG})[0], [CATALOG])
     first, second = catalog_only.documents["doc_id"].iloc[:2]
     entries = [
         _upsert("posted-1", "A new abstract about zebrafish fin regeneration."),
@@ -104,7 +104,7 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
     settings = ChunkingSettings()
 
     def build(memo_dir: Path | None) -> tuple[pd.DataFrame, pd.DataFrame, ParsedRows | None, dict[str, int]]:
-        raw = read_raw_catalogs([source])
+        raw = read_raw_catalogs({"main": source})[0]
         memo = ParsedRows(memo_dir) if memo_dir else None
         cleaned = clean_catalogs(raw, [source], memo)
         documents = cleaned.documents
@@ -131,7 +131,7 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
 
 
 def test_memo_misses_when_the_chunker_settings_change(tmp_path: Path) -> None:
-    cleaned = clean_catalogs(read_raw_catalogs([CATALOG]), [CATALOG])
+    cleaned = clean_catalogs(read_raw_catalogs({"main": CATALOG})[0], [CATALOG])
     documents = cleaned.documents[:20]
     chunk_frame(documents, ChunkingSettings(), ChunkMemo(tmp_path, ChunkingSettings()))
     narrow = ChunkingSettings(window_words=40, overlap_words=10)
@@ -147,7 +147,7 @@ def test_memo_keeps_quarantine_reasons_and_duplicate_rule(tmp_path: Path, bad_li
     lines = [json.dumps({"_id": "dup", "text": "first"}), bad_line, json.dumps({"_id": "ok", "text": "fine"})]
     (catalog / "corpus.jsonl").write_text("\n".join(lines) + "\n")
     source = CatalogSource(format="beir", path=str(catalog))
-    raw = read_raw_catalogs([source])
+    raw = read_raw_catalogs({"main": source})[0]
     plain = clean_catalogs(raw, [source])
     clean_catalogs(raw, [source], ParsedRows(tmp_path / "memo"))
     memo = ParsedRows(tmp_path / "memo")

@@ -1,0 +1,1 @@
+"""Generated gold: known-item sampling, LLM questions, the frozen store, curated files, agreement."""
