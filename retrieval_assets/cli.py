@@ -165,7 +165,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from retrieval_assets.bench.beir import bench_beir
 
-    return bench_beir(Path(args.dataset), args.workdir, rerank=not args.no_rerank, json_out=args.json_out)
+    return bench_beir(
+        Path(args.dataset),
+        args.workdir,
+        rerank=not args.no_rerank,
+        json_out=args.json_out,
+        generated_gold=args.generated_gold,
+    )
 
 
 def cmd_bench_incremental(args: argparse.Namespace) -> int:
@@ -422,6 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json-out", help="also write the result JSON to this file")
     bench.add_argument("--workdir", help="keep the built indexes here instead of a temporary directory")
     bench.add_argument("--no-rerank", action="store_true", help="skip the hybrid+rerank configuration")
+    bench.add_argument(
+        "--generated-gold",
+        action="store_true",
+        help="also judge every configuration on known-item gold generated from the built documents and report "
+        "Kendall's tau against the real gold's ranking (JSON key generated_gold)",
+    )
     bench.set_defaults(func=cmd_bench)
 
     incremental = _command(

@@ -16,6 +16,7 @@ from typing import Any
 from dagster import DagsterInstance
 
 from retrieval_assets.bench.builds import BenchmarkError, sealed
+from retrieval_assets.bench.generated_gold import agreement_table, measure_generated_gold
 from retrieval_assets.bench.latency import query_encoding_p95_ms
 from retrieval_assets.bench.report import emit_figures, scratch_dir
 from retrieval_assets.core.evaluation.benchmark import CONFIGURATIONS
@@ -24,20 +25,33 @@ from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.runs import build_index, deployment_resources, evaluate_version
 
 
-def bench_beir(dataset: Path, requested_workdir: str | None, rerank: bool, json_out: str | None) -> int:
-    """Build ``dataset`` in a scratch home (or ``requested_workdir``, kept) and evaluate it; the
-    last stdout line is the JSON figures."""
+def bench_beir(
+    dataset: Path, requested_workdir: str | None, rerank: bool, json_out: str | None, generated_gold: bool = False
+) -> int:
+    """Build ``dataset`` in a scratch home (or ``requested_workdir``, kept) and evaluate it (with
+    generated gold beside the real gold when ``generated_gold``); the last stdout line is the JSON
+    figures."""
     if not (dataset / "corpus.jsonl").exists():
         print(f"{dataset} is not a BEIR directory (no corpus.jsonl)", file=sys.stderr)
         return 2
     with scratch_dir(requested_workdir, "retrieval-bench-") as scratch:
-        figures = run_benchmark(dataset, scratch, rerank=rerank)
+        figures = run_benchmark(dataset, scratch, rerank=rerank, generated_gold=generated_gold)
+    if generated_gold:
+        print(agreement_table(figures["generated_gold"]))
     emit_figures(figures, json_out)
     return 0
 
 
-def run_benchmark(dataset: Path, workdir: Path, rerank: bool = True) -> dict[str, Any]:
-    """Build ``dataset`` (BEIR) under ``workdir`` and evaluate every configuration."""
+def run_benchmark(
+    dataset: Path,
+    workdir: Path,
+    rerank: bool = True,
+    generated_gold: bool = False,
+    configurations: list[str] | None = None,
+) -> dict[str, Any]:
+    """Build ``dataset`` (BEIR) under ``workdir`` and evaluate every configuration (or only
+    ``configurations`` besides the default one); with ``generated_gold``, each of them on
+    known-item gold generated from the built documents too (``generated_gold.py``)."""
     gold = load_gold(dataset)
     resources = deployment_resources(workdir, CatalogResource(format="beir", path=str(dataset)))
     instance = DagsterInstance.ephemeral()
@@ -48,12 +62,16 @@ def run_benchmark(dataset: Path, workdir: Path, rerank: bool = True) -> dict[str
     gc.collect()
     gc.freeze()
     encode_p95 = query_encoding_p95_ms(resources["models"].dense_encoder(), gold.queries)
-    configurations = [name for name, options in CONFIGURATIONS.items() if rerank or not options.get("rerank")]
+    configurations = [
+        name
+        for name, options in CONFIGURATIONS.items()
+        if (rerank or not options.get("rerank")) and (configurations is None or name in configurations)
+    ]
     evaluation = evaluate_version(resources, build.candidate.version, instance, configurations)
     report = resources["storage"].versions().version(build.candidate.version).evaluation()
     if report is None:
         raise BenchmarkError(f"the evaluation run {evaluation.run_id} wrote no report; see its log above")
-    return {
+    figures: dict[str, Any] = {
         "dataset": dataset.name,
         "docs": build.documents,
         "queries": len(gold.queries),
@@ -63,3 +81,14 @@ def run_benchmark(dataset: Path, workdir: Path, rerank: bool = True) -> dict[str
         "runs": report["runs"],
         "default": report["default"],
     }
+    if generated_gold:
+        started = time.perf_counter()
+        figures["generated_gold"] = measure_generated_gold(
+            build.run.output_for_node("cleaned_documents", "cleaned_documents"),
+            resources["search"],
+            build.candidate.version,
+            report["runs"],
+            learned=resources["storage"].versions().version(build.candidate.version).learned_configuration(),
+        )
+        figures["generated_gold"]["seconds"] = round(time.perf_counter() - started, 2)
+    return figures

@@ -79,12 +79,41 @@ def preview(
     )
 
 
+# What each source figure means (``SourceRead.stats`` and cleaning's per-source counts).
+SOURCE_FIGURES: dict[str, str] = {
+    "source": "The catalog source's name.",
+    "kind": "The source's kind: beir, tool_catalog, files, table or acl_anthology.",
+    "rows": "Rows (lines or table rows) read.",
+    "rows_in": "Rows (lines, files, table rows or papers) read from the source.",
+    "kept": "Documents kept from the source.",
+    "quarantined": "Rows of the source quarantined, each with its reason.",
+    "reasons": "Quarantined rows by reason.",
+    "files": "Files (or folder entries) read, or table files.",
+    "documents": "Documents read, before cleaning.",
+    "bytes_read": "Bytes read from disk (unchanged files are not read again).",
+    "extraction_seconds": "Seconds spent extracting text from files.",
+    "read_seconds": "Seconds spent reading the source.",
+    "files_reused": "Files unchanged since the last build, whose extraction was reused.",
+    "files_parsed": "Files extracted in this build.",
+    "skipped_columns": "Table columns left out of metadata (bytes, maps or deeper nesting).",
+    "papers": "Anthology papers read (frontmatter not counted).",
+    "volumes": "Anthology volumes read.",
+    "frontmatter": "Anthology frontmatter entries skipped: they are not papers.",
+}
+
+
+def _source_figure(column: str) -> str:
+    if column.startswith("format/"):
+        return f"Documents read from {column.removeprefix('format/')} files."
+    return SOURCE_FIGURES.get(column, "A reading figure of the source.")
+
+
 def source_table(rows: Mapping[str, Mapping[str, Any]]) -> MetadataValue:
     """A table with one row per catalog source (its name first) and the union of the rows' fields
     as columns, blank where a source has no such field: reading and cleaning figures differ by kind."""
-    columns = list(dict.fromkeys(column for row in rows.values() for column in row))
-    frame = pd.DataFrame([{"source": name, **row} for name, row in rows.items()], columns=["source", *columns])
-    return preview(frame, rows=len(frame))
+    columns = ["source", *dict.fromkeys(column for row in rows.values() for column in row)]
+    frame = pd.DataFrame([{"source": name, **row} for name, row in rows.items()], columns=columns)
+    return preview(frame, rows=len(frame), descriptions={column: _source_figure(column) for column in columns})
 
 
 def _cell(value: Any) -> str | int | float | bool:
