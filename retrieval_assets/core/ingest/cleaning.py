@@ -44,12 +44,13 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pylatexenc import latexwalker
 from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
 from retrieval_assets.core.ingest.catalog import RawRow
 from retrieval_assets.core.ingest.reasons import QuarantineReason
+from retrieval_assets.core.ingest.sources.records import TextBlock
 from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, RAW_ROW_COLUMNS, document_row, frame_to_documents
 from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord, TextSpan
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
@@ -205,8 +206,8 @@ class _Parsed:
     body: str
     keywords: list[str] = field(default_factory=list)
     metadata: dict[str, MetadataValue] = field(default_factory=dict)
-    # (heading, page, text) runs of a structured record; ``body`` is then unused
-    blocks: list[tuple[str | None, int | None, str]] | None = None
+    # the text runs of a structured record; ``body`` is then unused
+    blocks: list[TextBlock] | None = None
 
 
 def _is_scalar(value: Any) -> bool:
@@ -334,17 +335,17 @@ def _parse_tool(record: dict[str, Any], tenant_id: str) -> _Parsed:
     )
 
 
-def _parse_blocks(value: Any, doc_id: str) -> list[tuple[str | None, int | None, str]]:
+_BLOCKS = TypeAdapter(list[TextBlock])
+
+
+def _parse_blocks(value: Any, doc_id: str) -> list[TextBlock]:
     if not isinstance(value, list) or not all(isinstance(block, dict) for block in value):
         raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, "blocks must be a list of objects", doc_id)
-    blocks = []
-    for block in value:
-        heading, page, text = block.get("heading"), block.get("page"), block.get("text")
-        if not isinstance(text, str) or not isinstance(heading, str | None) or not isinstance(page, int | None):
-            detail = "each block needs text (a string), and heading (a string) and page (an integer) if given"
-            raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, detail, doc_id)
-        blocks.append((heading, page, text))
-    return blocks
+    try:
+        return _BLOCKS.validate_python(value, strict=True)
+    except ValidationError:
+        detail = "each block needs text (a string), and heading (a string) and page (an integer) if given"
+        raise RowRejected(QuarantineReason.INVALID_FIELD_TYPE, detail, doc_id) from None
 
 
 def _parse_document(record: dict[str, Any], tenant_id: str) -> _Parsed:
@@ -372,27 +373,27 @@ def _parse_document(record: dict[str, Any], tenant_id: str) -> _Parsed:
 _PARSERS = {"beir": _parse_beir, "tool_catalog": _parse_tool, "document": _parse_document}
 
 
-def _structured_text(blocks: list[tuple[str | None, int | None, str]]) -> tuple[str, list[TextSpan]]:
+def _structured_text(blocks: list[TextBlock]) -> tuple[str, list[TextSpan]]:
     """Blocks cleaned one by one and joined by newlines, with the span each one covers; blocks
     left empty by cleaning are dropped. A section's heading line opens its first block, so that
     heading words are searchable like every other word."""
     texts, spans, previous = [], [], None
-    for raw_heading, page, raw in blocks:
-        heading = clean_text(raw_heading) if raw_heading else None
-        text = clean_text(raw)
+    for block in blocks:
+        heading = clean_text(block.heading) if block.heading else None
+        text = clean_text(block.text)
         if not text:
             continue
         if heading and heading != previous:
             text = f"{heading}\n{text}"
         previous = heading
         texts.append(text)
-        spans.append(TextSpan(heading=heading, page=page, length=len(text)))
+        spans.append(TextSpan(heading=heading, page=block.page, length=len(text)))
     return "\n".join(texts), spans
 
 
 def _to_document(parsed: _Parsed, fmt: RecordFormat, max_text_chars: int) -> Document:
     if parsed.blocks is not None:
-        size = sum(len(text) for _, _, text in parsed.blocks)
+        size = sum(len(block.text) for block in parsed.blocks)
         if size > max_text_chars:
             detail = f"text has {size:,} chars, limit {max_text_chars:,}"
             raise RowRejected(QuarantineReason.TEXT_TOO_LONG, detail, parsed.doc_id)

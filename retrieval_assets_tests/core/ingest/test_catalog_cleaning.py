@@ -341,6 +341,9 @@ def test_year_strings_become_integers_only_when_they_are_ascii_and_fit_64_bits(y
         assert cleaned.documents[0].metadata["year"] == kept
 
 
+BLOCKS_DETAIL = "each block needs text (a string), and heading (a string) and page (an integer) if given"
+
+
 def _document_row(record: dict, number: int = 1) -> RawRow:
     return RawRow(source="folder", line_number=number, raw=json.dumps(record))
 
@@ -359,6 +362,7 @@ def test_document_records_keep_their_structure_and_rejections_their_reason() -> 
         _document_row(rejected_record("scan.pdf", QuarantineReason.NO_TEXT_LAYER, "3 pages, no text"), 2),
         _document_row(document_record("b.md", "", text="plain text", tenant_id="team"), 3),
         _document_row({"id": "c", "rejected": {"reason": "no_such_reason"}}, 4),
+        _document_row({"id": "d", "title": "", "blocks": [{"text": "x", "page": "3"}]}, 5),
     ]
     result = clean_rows(rows, "document")
     first, plain = result.documents
@@ -372,6 +376,7 @@ def test_document_records_keep_their_structure_and_rejections_their_reason() -> 
     assert [(q.doc_id, q.reason, q.detail) for q in result.quarantine] == [
         ("scan.pdf", "no_text_layer", "3 pages, no text"),
         ("c", "invalid_field_type", "unknown rejection {'reason': 'no_such_reason'}"),
+        ("d", "invalid_field_type", BLOCKS_DETAIL),
     ]
     # The structure survives the documents frame (Parquet) both ways.
     assert frame_to_documents(documents_to_frame(result.documents)) == result.documents
