@@ -144,7 +144,7 @@ class QueryBatchingSettings(BaseModel):
     """Micro-batching of query encoding (``core/embed/batching.py``): concurrent requests share
     one model call. A lone request never waits; one that arrives while the encoder has recently
     been shared waits at most ``max_wait_ms`` for company. 0 turns batching off. Encoders whose
-    vectors move with their batch company (the INT8 ONNX bge-small) are never batched; docs/http-api.md
+    vectors move with their batch company (INT8 ONNX graphs run as shipped) are never batched; docs/http-api.md
     "Query micro-batching" has the measurements behind the defaults."""
 
     # With 1 ms, SPLADE batches filled as well as with 2 or 5 ms (3.9 of 4 concurrent callers, 7.4

@@ -48,7 +48,9 @@ def encoder_fingerprint(encoder: object) -> str:
     """What decides an encoder's output: cached vectors are reused only under the same fingerprint."""
     facts = [type(encoder).__name__, getattr(encoder, "model_name", "")]
     facts += [
-        f"{name}={getattr(encoder, name)}" for name in ("dim", "max_length", "top_terms") if hasattr(encoder, name)
+        f"{name}={getattr(encoder, name)}"
+        for name in ("dim", "max_length", "top_terms", "graph")
+        if hasattr(encoder, name)
     ]
     return "|".join(str(fact) for fact in facts)
 

@@ -16,9 +16,10 @@ it arrived. ``max_wait_ms=0`` turns batching off: the ``batching_*`` factories r
 encoder.
 
 Only encoders whose vectors do not depend on their batch company are batched (an encoder says
-so with ``query_batches_exact``; fp32 models with masked padding do, to ~1e-6). The INT8 ONNX
-encoder does not: a shared run shares its dynamic activation scales, and the factories return it
-as it is (docs/http-api.md "Query micro-batching" has the measurements).
+so with ``query_batches_exact``): the default bge-small, dequantised to fp32 at load time, to
+the bit; SPLADE and sentence-transformers models with masked padding to ~1e-6. An INT8 ONNX
+graph run as shipped (the "-int8" names) does not: a shared run shares its dynamic activation
+scales, and the factories return it as it is (docs/http-api.md "Query micro-batching").
 """
 
 from __future__ import annotations

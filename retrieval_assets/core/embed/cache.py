@@ -25,6 +25,8 @@ from retrieval_assets.core.io.tables import empty_frame, write_parquet
 
 KEY = "content_hash"
 SEGMENT_GLOB = "segment-*.parquet"
+# The fingerprint in words beside the segments, so a change of encoder can be explained.
+FINGERPRINT_FILE = "FINGERPRINT"
 # Texts per segment: one block of encoder work between two durable writes.
 DEFAULT_BLOCK_ROWS = 2048
 # More segments than this are merged into one at the end of a build.
@@ -61,6 +63,23 @@ class EmbeddingCache:
     def segments(self) -> list[Path]:
         return sorted(self.path.glob(SEGMENT_GLOB))
 
+    def change_of_encoder(self) -> str | None:
+        """Why nothing will be reused, when this encoder has no vectors yet but another one has:
+        the usual reason is a changed model, graph or truncation (the fingerprint's parts)."""
+        if self.segments():
+            return None
+        others = sorted(
+            _recorded_fingerprint(folder)
+            for folder in self.path.parent.glob("*")
+            if folder != self.path and any(folder.glob(SEGMENT_GLOB))
+        )
+        if not others:
+            return None
+        return (
+            f"the encoder changed: no vectors are cached for {self.fingerprint!r} yet, the cache holds vectors of "
+            f"{', '.join(repr(other) for other in others)}; every chunk is encoded once"
+        )
+
     def lookup(self, keys: Sequence[str]) -> pd.DataFrame:
         """Cached rows for ``keys`` (each at most once), in no particular order."""
         # Matched in Arrow, and only matching rows become pandas rows: pandas' ``isin`` on
@@ -79,7 +98,11 @@ class EmbeddingCache:
 
     def append(self, frame: pd.DataFrame) -> Path:
         # A unique name per writer: parallel shard runs append to one cache without locks.
-        return write_parquet(frame, self.path / f"segment-{uuid.uuid4().hex}.parquet")
+        segment = write_parquet(frame, self.path / f"segment-{uuid.uuid4().hex}.parquet")
+        fingerprint_file = self.path / FINGERPRINT_FILE
+        if not fingerprint_file.exists():
+            fingerprint_file.write_text(self.fingerprint, encoding="utf-8")  # same text from every writer
+        return segment
 
     def compact(self, live_keys: Sequence[str], max_segments: int = MAX_SEGMENTS) -> None:
         """Merge segments into one holding only ``live_keys`` once there are too many; vectors
@@ -90,6 +113,13 @@ class EmbeddingCache:
         self.append(self.lookup(live_keys))
         for segment in segments:
             segment.unlink(missing_ok=True)
+
+
+def _recorded_fingerprint(folder: Path) -> str:
+    recorded = folder / FINGERPRINT_FILE
+    if recorded.is_file():
+        return recorded.read_text(encoding="utf-8")
+    return f"{folder.name} (written before fingerprints were recorded)"
 
 
 def encode_with_cache(

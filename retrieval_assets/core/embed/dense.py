@@ -10,6 +10,7 @@ import numpy as np
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, plan_batches
 from retrieval_assets.core.embed.device import onnx_providers, resolve_device
+from retrieval_assets.core.embed.onnx_graph import load_graph
 from retrieval_assets.core.embed.packaged import Pooling, load_resolved, resolve_for_role
 from retrieval_assets.core.embed.vectors import l2_normalise
 
@@ -18,24 +19,37 @@ if TYPE_CHECKING:
 
 _ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
+# Padded tokens per document batch of an exact ONNX encoder: bounds the attention activations
+# (batch x heads x length^2) of long texts while short ones still share a run.
+DOCUMENT_MAX_BATCH_TOKENS = 4096
+
+
+def padded_feeds(
+    token_ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None
+) -> dict[str, np.ndarray]:
+    """BERT-style model inputs for one batch, right-padded, the padding masked out."""
+    width = max(len(ids) for ids in token_ids)
+    feeds = {name: np.zeros((len(token_ids), width), dtype=np.int64) for name in _ONNX_INPUTS}
+    for row, ids in enumerate(token_ids):
+        feeds["input_ids"][row, : len(ids)] = ids
+        feeds["attention_mask"][row, : len(ids)] = 1
+        if type_ids is not None:
+            feeds["token_type_ids"][row, : len(ids)] = type_ids[row]
+    return feeds
+
 
 class OnnxDenseEncoder(DenseEncoder):
     """A BERT-style ONNX export run with onnxruntime, tokenised with its ``tokenizer.json``.
 
-    Dynamically quantised (INT8) exports such as the packaged bge-small compute activation
-    scales over the whole input tensor, so a text's vector depends on its batch company, even
-    among texts of identical length. With ``batch_invariant`` (the default) every text runs on
-    its own and its vector depends on the text alone, as content-hash caches and "re-run equals
-    full build" need. Without it, texts of identical token length share a run (never padded),
-    which was up to about twice as fast on short texts here but left vectors at cosine ~0.995
-    to the unbatched ones.
-
-    Its queries are therefore never micro-batched (``core/embed/batching.py``): sharing a run
-    shares the activation scales, padded or not, and on SciFact's 300 test queries that changed
-    most top-10 lists (docs/http-api.md "Query micro-batching").
+    With ``dequantize`` (the default) a dynamically quantised (INT8) export such as the packaged
+    bge-small is rewritten to fp32 at load time (``onnx_graph.py``). A text's vector is then bit
+    for bit the same alone, in any batch and with any padding, so documents are encoded in
+    length-ordered padded batches and concurrent queries may share a run
+    (``core/embed/batching.py``). Run as shipped (``dequantize=False``, the packaged "-int8"
+    names), its activation scales span the batch: every text then runs on its own, so that its
+    vector depends on the text alone, as content-hash caches and "re-run equals full build"
+    need, and its queries are never micro-batched.
     """
-
-    query_batches_exact = False  # see batching.batching_dense_encoder
 
     def __init__(
         self,
@@ -46,19 +60,21 @@ class OnnxDenseEncoder(DenseEncoder):
         query_prefix: str = "",
         max_length: int = 512,
         batch_size: int = 16,
+        max_batch_tokens: int | None = DOCUMENT_MAX_BATCH_TOKENS,
         device: str = "cpu",
         intra_op_threads: int | None = None,
-        batch_invariant: bool = True,
+        dequantize: bool = True,
     ) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
         model_dir = Path(model_dir)
+        loaded = load_graph(model_dir / "model.onnx", dequantize)
         options = onnxruntime.SessionOptions()
         if intra_op_threads is not None:
             options.intra_op_num_threads = intra_op_threads
         self._session = onnxruntime.InferenceSession(
-            str(model_dir / "model.onnx"), sess_options=options, providers=onnx_providers(device)
+            loaded.source, sess_options=options, providers=onnx_providers(device)
         )
         # A query is short and runs beside the other strategies' searches: on CPU one intra-op
         # thread encoded SciFact queries as fast as two (3.3 ms P50) and cut hybrid P95 from 10.1
@@ -68,7 +84,7 @@ class OnnxDenseEncoder(DenseEncoder):
             query_options = onnxruntime.SessionOptions()
             query_options.intra_op_num_threads = 1
             self._query_session = onnxruntime.InferenceSession(
-                str(model_dir / "model.onnx"), sess_options=query_options, providers=onnx_providers(device)
+                loaded.source, sess_options=query_options, providers=onnx_providers(device)
             )
         self._inputs = [i.name for i in self._session.get_inputs()]
         unsupported = set(self._inputs) - set(_ONNX_INPUTS)
@@ -80,12 +96,14 @@ class OnnxDenseEncoder(DenseEncoder):
         self._tokenizer.no_padding()
 
         self.model_name = model_name or str(model_dir)
+        self.graph = loaded.graph  # in the embedding cache's fingerprint
+        self.query_batches_exact = loaded.batch_exact  # see batching.batching_dense_encoder
         self.max_length = max_length
         self.device = device
         self.pooling = pooling
         self.query_prefix = query_prefix
-        self.batch_size = batch_size
-        self.batch_invariant = batch_invariant
+        self.batch_size = batch_size if loaded.batch_exact else 1
+        self.max_batch_tokens = max_batch_tokens
         # One real run: a broken model fails at load time, not halfway through a build.
         self.dim = int(self._encode(["dimension probe"]).shape[1])
 
@@ -106,14 +124,9 @@ class OnnxDenseEncoder(DenseEncoder):
         token_ids = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
         vectors: list[np.ndarray | None] = [None] * len(texts)
         done = 0
-        batches = plan_batches(
-            [len(ids) for ids in token_ids], self.batch_size, same_length=not self.batch_invariant
-        )
-        for batch in batches:
-            if self.batch_invariant:
-                pooled = np.concatenate([self._run(session, np.asarray([token_ids[i]])) for i in batch])
-            else:
-                pooled = self._run(session, np.asarray([token_ids[i] for i in batch]))
+        lengths = [len(ids) for ids in token_ids]
+        for batch in plan_batches(lengths, self.batch_size, same_length=False, max_batch_tokens=self.max_batch_tokens):
+            pooled = self._run(session, [token_ids[i] for i in batch])
             for index, vector in zip(batch, pooled, strict=True):
                 vectors[index] = vector
             done += len(batch)
@@ -121,19 +134,16 @@ class OnnxDenseEncoder(DenseEncoder):
                 progress(done, len(texts))
         return l2_normalise(np.stack(cast(list[np.ndarray], vectors)))  # every slot was filled above
 
-    def _run(self, session: Any, input_ids: np.ndarray) -> np.ndarray:
-        """Pooled vectors for a (batch, length) block of unpadded token ids."""
-        input_ids = input_ids.astype(np.int64)
-        feeds = {
-            "input_ids": input_ids,
-            "attention_mask": np.ones_like(input_ids),
-            "token_type_ids": np.zeros_like(input_ids),
-        }
+    def _run(self, session: Any, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """Pooled vectors of one batch, right-padded with the padding masked out."""
+        feeds = padded_feeds(token_ids)
         output = session.run([self._output], {name: feeds[name] for name in self._inputs})[0]
         if output.ndim == 2:  # the export pools already
             return output
-        # (batch, length, dim) token states; batches hold no padding, so a plain mean is exact.
-        return output[:, 0] if self.pooling == "cls" else output.mean(axis=1)
+        if self.pooling == "cls":
+            return output[:, 0]
+        mask = feeds["attention_mask"][:, :, None].astype(output.dtype)
+        return (output * mask).sum(axis=1) / mask.sum(axis=1)
 
 
 class SentenceTransformerDenseEncoder(DenseEncoder):
@@ -230,6 +240,7 @@ def load_dense_encoder(
                 max_length=max_length,
                 batch_size=batch_size,
                 device=target,
+                dequantize=resolved.dequantize,
             )
         return SentenceTransformerDenseEncoder(
             resolved.path,

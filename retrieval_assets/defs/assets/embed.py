@@ -45,6 +45,9 @@ def _embed_chunks(
     """Every chunk's vectors from ``embed`` (``embed_dense`` / ``embed_sparse``) through the
     ``kind`` cache, and the metadata both embedding assets record."""
     cache = embedding_cache(storage.cache_dir, kind, encoder)
+    change = cache.change_of_encoder()
+    if change is not None:
+        context.log.info(f"{kind} embeddings: {change}")
     with stopwatch() as timer:
         frame, stats = embed(chunks, encoder, cache, log_progress(context, kind), build.embedding_block_rows)
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
@@ -54,6 +57,7 @@ def _embed_chunks(
         **table_metadata(frame),
         "vectors": len(frame),
         "model": encoder.model_name,
+        "encoder_fingerprint": cache.fingerprint,
         "cache_segments": len(cache.segments()),
         "encoded": stats.encoded,
         "reused_from_cache": stats.reused,

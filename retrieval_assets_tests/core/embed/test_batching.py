@@ -414,9 +414,15 @@ def test_splade_head_on_real_tokens_equals_the_padded_head(splade: SparseEncoder
         np.testing.assert_allclose(a.values, b.values, atol=1e-5)
 
 
-def test_int8_onnx_queries_are_not_batched_and_fp32_ones_are() -> None:
+def test_int8_onnx_queries_are_not_batched_and_exact_ones_are() -> None:
+    int8 = load_dense_encoder("BAAI/bge-small-en-v1.5-int8", device="cpu")
+    assert batching_dense_encoder(int8, max_wait_ms=2.0, max_batch=16) is int8  # vectors would move
     bge = load_dense_encoder("BAAI/bge-small-en-v1.5", device="cpu")
-    assert batching_dense_encoder(bge, max_wait_ms=2.0, max_batch=16) is bge  # vectors would move
+    batching_bge = batching_dense_encoder(bge, max_wait_ms=5.0, max_batch=8)
+    assert isinstance(batching_bge, BatchingDenseEncoder)
+    exact_alone = {text: bge.encode_queries([text])[0] for text in QUERIES}
+    for text, vectors in _concurrently(batching_bge.encode_queries, QUERIES).items():
+        assert all(np.array_equal(vector, exact_alone[text]) for vector in vectors)  # bit for bit
     minilm = load_dense_encoder("sentence-transformers/all-MiniLM-L6-v2", device="cpu")
     batching = batching_dense_encoder(minilm, max_wait_ms=5.0, max_batch=8)
     assert isinstance(batching, BatchingDenseEncoder)

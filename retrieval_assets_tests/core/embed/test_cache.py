@@ -41,3 +41,14 @@ def test_only_missing_texts_are_encoded_and_rows_follow_the_keys(tmp_path: Path)
     assert rows[KEY].tolist() == ["c", "a", "c", "b"]
     assert [vector[0] for vector in rows["embedding"]] == [100, 0, 100, 1]
     assert set(cache.lookup(["c"])[KEY]) == {"c"}  # appended for the next run
+
+
+def test_a_changed_encoder_is_explained_once_before_it_encodes(tmp_path: Path) -> None:
+    old = EmbeddingCache(tmp_path, "OnnxDenseEncoder|bge|dim=384|graph=as-shipped")
+    assert old.change_of_encoder() is None  # a first build: nothing to explain
+    old.append(_segment(["a"], 0))
+    new = EmbeddingCache(tmp_path, "OnnxDenseEncoder|bge|dim=384|graph=dequantized-fp32")
+    reason = new.change_of_encoder()
+    assert reason is not None and "graph=as-shipped" in reason and "graph=dequantized-fp32" in reason
+    new.append(_segment(["a"], 1))
+    assert new.change_of_encoder() is None  # its own vectors exist now

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from retrieval_assets.core.embed import sparse as sparse_module
-from retrieval_assets.core.embed.base import DenseEncoder, ModelLoadError, SparseEncoder
+from retrieval_assets.core.embed.base import DenseEncoder, ModelLoadError, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.dense import OnnxDenseEncoder, load_dense_encoder
 from retrieval_assets.core.embed.device import onnx_providers, resolve_device
+from retrieval_assets.core.embed.onnx_graph import GRAPH_AS_SHIPPED, GRAPH_DEQUANTIZED
 from retrieval_assets.core.embed.packaged import BGE_QUERY_PREFIX, PACKAGED_MODELS, resolve_model_path
 from retrieval_assets.core.embed.sparse import load_sparse_encoder
 from retrieval_assets.core.models import SparseVector
@@ -92,18 +93,23 @@ def test_packaged_names_resolve_to_existing_dirs() -> None:
         "sentence-transformers/all-MiniLM-L6-v2": "sentence_transformers",
         "splade-tiny": "masked_lm",
         "cross-encoder/ms-marco-MiniLM-L-12-v2": "onnx",
+        "BAAI/bge-small-en-v1.5-int8": "onnx",
+        "cross-encoder/ms-marco-MiniLM-L-12-v2-int8": "onnx",
     }
     assert set(PACKAGED_MODELS) == set(expected_kinds)
     for name, kind in expected_kinds.items():
         resolved = resolve_model_path(name)
         assert resolved.kind == kind
         assert Path(resolved.path).is_dir()
+        assert resolved.dequantize is not name.endswith("-int8")
     bge = resolve_model_path("BAAI/bge-small-en-v1.5")
     assert (bge.pooling, bge.query_prefix) == ("cls", BGE_QUERY_PREFIX)
+    assert resolve_model_path("BAAI/bge-small-en-v1.5-int8").path == bge.path
 
 
 def test_local_dirs_are_detected_and_keep_packaged_facts() -> None:
-    for name in PACKAGED_MODELS:
+    # A directory is loaded like its default packaged name (an INT8 graph dequantised).
+    for name in [name for name in PACKAGED_MODELS if not name.endswith("-int8")]:
         packaged = resolve_model_path(name)
         local = resolve_model_path(packaged.path)
         assert local.name == packaged.path
@@ -113,6 +119,7 @@ def test_local_dirs_are_detected_and_keep_packaged_facts() -> None:
             packaged.pooling,
             packaged.query_prefix,
         )
+        assert local.dequantize
 
 
 def test_unknown_name_is_a_hub_name_and_missing_path_fails(tmp_path: Path) -> None:
@@ -152,9 +159,25 @@ def test_same_text_same_vector_alone_or_in_any_batch(dense: DenseEncoder) -> Non
 
 
 def test_bge_vectors_are_bit_identical_in_any_company(bge: DenseEncoder) -> None:
-    # INT8 activation scales span the batch: only one text per run makes this exact.
+    # The packaged INT8 graph is dequantised at load time, so padding and company change nothing.
+    assert isinstance(bge, OnnxDenseEncoder) and bge.graph == GRAPH_DEQUANTIZED and bge.query_batches_exact
     alone = np.stack([bge.encode_documents([text])[0] for text in MIXED])
     assert np.array_equal(bge.encode_documents(MIXED), alone)
+    assert np.array_equal(bge.encode_documents(MIXED[::-1])[::-1], alone)
+    queries = [QUERY, *MIXED]
+    assert np.array_equal(bge.encode_queries(queries), np.stack([bge.encode_queries([q])[0] for q in queries]))
+
+
+def test_bge_int8_runs_as_shipped_one_text_per_run(bge: DenseEncoder) -> None:
+    int8 = load_dense_encoder("BAAI/bge-small-en-v1.5-int8", device="cpu")
+    assert isinstance(int8, OnnxDenseEncoder) and int8.graph == GRAPH_AS_SHIPPED
+    assert not int8.query_batches_exact and int8.batch_size == 1
+    alone = np.stack([int8.encode_documents([text])[0] for text in MIXED])
+    assert np.array_equal(int8.encode_documents(MIXED), alone)
+    # The same weights: vectors close to the exact model's, never mixed with them in one cache.
+    assert np.all(np.sum(alone * bge.encode_documents(MIXED), axis=1) > 0.99)
+    assert encoder_fingerprint(int8) != encoder_fingerprint(bge)
+    assert "graph=dequantized-fp32" in encoder_fingerprint(bge)
 
 
 def test_bge_query_prefix_applies_to_queries_only(bge: DenseEncoder) -> None:
@@ -162,16 +185,6 @@ def test_bge_query_prefix_applies_to_queries_only(bge: DenseEncoder) -> None:
     as_document = bge.encode_documents([QUERY])[0]
     assert float(query @ as_document) < 0.999
     assert np.array_equal(query, bge.encode_documents([BGE_QUERY_PREFIX + QUERY])[0])
-
-
-def test_bge_same_length_batching_keeps_order(bge: DenseEncoder, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isinstance(bge, OnnxDenseEncoder)
-    exact = bge.encode_documents(MIXED)
-    monkeypatch.setattr(bge, "batch_invariant", False)
-    batched = bge.encode_documents(MIXED)
-    # Only the two equal-length texts share a run; everything else runs alone.
-    assert np.array_equal(np.delete(batched, [3, 4], axis=0), np.delete(exact, [3, 4], axis=0))
-    assert np.all(np.sum(batched * exact, axis=1) > 0.99)
 
 
 def test_dense_progress_reports_each_batch(dense: DenseEncoder) -> None:

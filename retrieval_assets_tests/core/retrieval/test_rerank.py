@@ -11,6 +11,7 @@ import pytest
 
 from retrieval_assets.core.embed.base import ModelLoadError
 from retrieval_assets.core.embed.dense import load_dense_encoder
+from retrieval_assets.core.embed.onnx_graph import GRAPH_AS_SHIPPED, GRAPH_DEQUANTIZED
 from retrieval_assets.core.embed.packaged import PACKAGED_MODELS, resolve_model_path
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 from retrieval_assets.core.retrieval.rerank.cross_encoder import (
@@ -139,14 +140,25 @@ def test_passage_order_does_not_change_ranks(reranker: Reranker) -> None:
     assert np.array_equal(_ranks(permuted), _ranks(scores[order]))
 
 
-def test_single_pair_runs_agree_with_batched_ranks() -> None:
+def test_scores_are_bit_identical_alone_or_in_one_padded_batch(reranker: Reranker) -> None:
+    assert isinstance(reranker, OnnxCrossEncoder) and reranker.graph == GRAPH_DEQUANTIZED
+    query, relevant, others = CASES[0]
+    passages = [relevant, *others, LONG_PASSAGE]
+    single = load_reranker(MODEL, device="cpu", batch_size=1).score(query, passages)
+    whole = OnnxCrossEncoder(resolve_model_path(MODEL).path, batch_size=32, max_batch_tokens=None)
+    assert np.array_equal(whole.score(query, passages), single)
+    assert np.array_equal(reranker.score(query, passages), single)
+
+
+def test_int8_cross_encoder_runs_as_shipped_and_ranks_alike(reranker: Reranker) -> None:
     """INT8 scores shift a little with batch company; the ranking must not."""
+    int8 = load_reranker(MODEL + "-int8", device="cpu")
+    assert isinstance(int8, OnnxCrossEncoder) and int8.graph == GRAPH_AS_SHIPPED
     query, relevant, others = CASES[0]
     passages = [relevant, *others]
-    batched = load_reranker(MODEL, device="cpu", batch_size=32).score(query, passages)
-    single = load_reranker(MODEL, device="cpu", batch_size=1).score(query, passages)
-    assert np.abs(batched - single).max() < 1.0
-    assert int(np.argmax(batched)) == int(np.argmax(single)) == 0
+    scores = int8.score(query, passages)
+    assert np.abs(scores - reranker.score(query, passages)).max() < 1.0
+    assert int(np.argmax(scores)) == 0
 
 
 def test_plan_pair_batches_respects_limits_and_ignores_input_order() -> None:

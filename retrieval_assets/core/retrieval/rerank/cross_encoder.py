@@ -1,4 +1,5 @@
-"""Cross-encoder rerankers: the packaged INT8 ONNX ms-marco MiniLM and sentence-transformers models.
+"""Cross-encoder rerankers: the packaged ONNX ms-marco MiniLM (dequantised to exact fp32 at load
+time, or its INT8 graph as shipped) and sentence-transformers models.
 
 Reranking sits on the query path (top-20 candidates per query), so the ONNX adapter is tuned
 for latency on a small shared CPU; bench_runs/rerank_speed.py measures the choices made here.
@@ -13,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval_assets.core.embed.dense import _ONNX_INPUTS
+from retrieval_assets.core.embed.dense import _ONNX_INPUTS, padded_feeds
 from retrieval_assets.core.embed.device import onnx_providers, resolve_device, usable_cores
+from retrieval_assets.core.embed.onnx_graph import load_graph
 from retrieval_assets.core.embed.packaged import load_resolved, resolve_for_role
 from retrieval_assets.core.retrieval.rerank.base import Reranker
 
@@ -48,8 +50,9 @@ def plan_pair_batches(
     """Indices cut into runs of similar length, each within ``batch_size`` and the token budget.
 
     Ordering by (length, token ids) makes each batch depend on the set of pairs only, not on
-    the order they came in: INT8 dynamic quantisation shifts a score with its batch company,
-    so this keeps scores identical for the same passages in any order. Length order also keeps
+    the order they came in: an INT8 graph run as shipped shifts a score with its batch
+    company, so this keeps its scores identical for the same passages in any order (the
+    default, dequantised graph scores each pair the same in any company). Length order also keeps
     padding small, since the last pair added is always the longest in its batch.
     """
     order = sorted(range(len(token_ids)), key=lambda i: (len(token_ids[i]), tuple(token_ids[i])))
@@ -87,11 +90,14 @@ class OnnxCrossEncoder(Reranker):
         intra_op_threads: int | None = None,
         max_batch_tokens: int | None = CPU_MAX_BATCH_TOKENS,
         allow_spinning: bool = False,
+        dequantize: bool = True,
     ) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
         model_dir = Path(model_dir)
+        loaded = load_graph(model_dir / "model.onnx", dequantize)
+        self.graph = loaded.graph
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = intra_op_threads or usable_cores()
@@ -101,9 +107,7 @@ class OnnxCrossEncoder(Reranker):
         # made a top-20 rerank up to 2x slower and its P95 3x worse. Hosts are shared, so no.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
         providers = onnx_providers(device)
-        self._session = onnxruntime.InferenceSession(
-            str(model_dir / "model.onnx"), sess_options=options, providers=providers
-        )
+        self._session = onnxruntime.InferenceSession(loaded.source, sess_options=options, providers=providers)
         self._inputs = [i.name for i in self._session.get_inputs()]
         unsupported = set(self._inputs) - set(_ONNX_INPUTS)
         if unsupported:
@@ -121,7 +125,7 @@ class OnnxCrossEncoder(Reranker):
         self.max_batch_tokens = max_batch_tokens if self.device == "cpu" else None
         # One real run: a broken model, or one that is not a single-logit cross-encoder (a
         # dense export gives (batch, tokens, dim)), fails at load time, not on the first query.
-        probe = self._session.run([self._output], self._feeds([[101, 102, 102]]))[0]
+        probe = self._run(padded_feeds([[101, 102, 102]]))
         if probe.ndim != 2 or probe.shape[1] != 1:
             raise ValueError(
                 f"expected one relevance logit per pair, got output {self._output!r} of shape {probe.shape}"
@@ -134,22 +138,12 @@ class OnnxCrossEncoder(Reranker):
         token_ids = [encoding.ids for encoding in encodings]
         scores = np.zeros(len(passages), dtype=np.float32)
         for batch in plan_pair_batches(token_ids, self.batch_size, self.max_batch_tokens):
-            feeds = self._feeds([token_ids[i] for i in batch], [encodings[i].type_ids for i in batch])
-            scores[batch] = self._session.run([self._output], feeds)[0][:, 0]
+            feeds = padded_feeds([token_ids[i] for i in batch], [encodings[i].type_ids for i in batch])
+            scores[batch] = self._run(feeds)[:, 0]
         return scores
 
-    def _feeds(
-        self, token_ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None
-    ) -> dict[str, np.ndarray]:
-        """Right-padded model inputs for one batch; padding is masked out."""
-        width = max(len(ids) for ids in token_ids)
-        feeds = {name: np.zeros((len(token_ids), width), dtype=np.int64) for name in _ONNX_INPUTS}
-        for row, ids in enumerate(token_ids):
-            feeds["input_ids"][row, : len(ids)] = ids
-            feeds["attention_mask"][row, : len(ids)] = 1
-            if type_ids is not None:
-                feeds["token_type_ids"][row, : len(ids)] = type_ids[row]
-        return {name: feeds[name] for name in self._inputs}
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(self._session.run([self._output], {name: feeds[name] for name in self._inputs})[0])
 
 
 class SentenceTransformerCrossEncoder(Reranker):
@@ -224,6 +218,7 @@ def load_reranker(
                 batch_size=batch_size,
                 device=target,
                 intra_op_threads=intra_op_threads,
+                dequantize=resolved.dequantize,
             )
         return SentenceTransformerCrossEncoder(
             resolved.path,
