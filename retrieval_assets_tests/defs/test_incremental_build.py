@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
-from retrieval_assets.core.embed.cache import MAX_SEGMENTS, EmbeddingCache, encode_with_cache
+from retrieval_assets.core.embed.cache import FINGERPRINT_FILE, MAX_SEGMENTS, EmbeddingCache, encode_with_cache
 from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.embed.vectors import dense_values
 from retrieval_assets.core.index.build import backend_chunk_ids
@@ -181,6 +181,25 @@ def test_bench_incremental_prints_the_figures_last(tiny_beir: Path, tmp_path: Pa
     latency = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(latency["runs"]) == {"bm25", "dense", "splade", "hybrid"} and latency["chunks"] == figures["chunks"]
     assert all(0 < run["p50_ms"] <= run["p95_ms"] for run in latency["runs"].values())
+
+
+def test_a_changed_encoder_reencodes_once_and_says_why(tmp_path: Path, encoders) -> None:
+    home = tmp_path / "home"
+    catalog = _write(tmp_path / "catalog.jsonl", _tools()[:5])
+    first, _ = build_catalog(home, catalog)
+    # As if the cached vectors had been made by the INT8 graph as shipped: another fingerprint.
+    cache = embedding_cache(home / "embedding_cache", "dense", encoders[0])
+    assert "graph=dequantized-fp32" in (cache.path / FINGERPRINT_FILE).read_text()
+    cache.path.rename(cache.path.with_name("int8-vectors"))
+    (cache.path.with_name("int8-vectors") / FINGERPRINT_FILE).write_text("OnnxDenseEncoder|bge|graph=as-shipped")
+
+    again, _ = build_catalog(home, catalog)
+    assert again.encoded["dense"] == first.chunks and again.encoded["sparse"] == 0
+    (materialization,) = again.run.asset_materializations_for_node("dense_embeddings")
+    said = materialization.metadata["encoder_changed"].value
+    assert isinstance(said, str) and "the encoder changed" in said and "graph=as-shipped" in said
+    third, _ = build_catalog(home, catalog)
+    assert third.encoded["dense"] == 0
 
 
 def test_nightly_build_merges_a_grown_cache_into_live_vectors(tmp_path: Path, encoders) -> None:

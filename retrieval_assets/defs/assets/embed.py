@@ -54,6 +54,7 @@ def _embed_chunks(
         cache.compact(list(frame["content_hash"]))
     seconds = timer["seconds"]
     return frame, {
+        **({"encoder_changed": change} if change is not None else {}),
         **table_metadata(frame),
         "vectors": len(frame),
         "model": encoder.model_name,
