@@ -81,10 +81,12 @@ def run_benchmark(
         # ``tuned_cv``: each query scored with the configuration learned on the other folds.
         "runs": report["runs"],
         "default": report["default"],
-        # The default configuration's top-10 lists, one query at a time against concurrent callers
-        # sharing query-encoder calls: identical when the encoders batch exactly.
+        # Query vectors and the default configuration's top-10 lists, one query at a time against
+        # concurrent callers sharing query-encoder calls: identical when the encoders batch exactly.
         "micro_batching": batched_ranking_agreement(
-            resources["search"].retriever(build.candidate.version), list(gold.queries.values())
+            resources["search"].retriever(build.candidate.version),
+            resources["models"].dense_encoder(),
+            list(gold.queries.values()),
         ),
     }
     if generated_gold:

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
+from retrieval_assets.core.embed.base import DenseEncoder
 from retrieval_assets.core.embed.batching import BatchingDenseEncoder
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 
@@ -15,29 +18,41 @@ CALLERS = 8
 
 
 def batched_ranking_agreement(
-    retriever: HybridRetriever, queries: Sequence[str], top_k: int = 10, callers: int = CALLERS
+    retriever: HybridRetriever,
+    encoder: DenseEncoder,
+    queries: Sequence[str],
+    top_k: int = 10,
+    callers: int = CALLERS,
 ) -> dict[str, Any]:
-    """Top-``top_k`` document lists of the retriever's default configuration, one query at a
-    time and then from ``callers`` threads at once: how many lists are identical, and how many
-    texts the dense encoder's shared calls held on average (1.0 means nothing was shared)."""
+    """Two checks with ``callers`` threads at once against one query at a time.
+
+    The query vectors of ``encoder`` (the one the retriever was opened with) behind a
+    micro-batcher, whether or not the served retriever batches it: identical vectors give
+    identical rankings. And the served retriever's top-``top_k`` lists of its default
+    configuration, searched concurrently (sharing encoder calls where it batches)."""
+    batching = BatchingDenseEncoder(encoder, max_wait_ms=1.0, max_batch=CALLERS)
+    try:
+        alone = {query: encoder.encode_queries([query])[0] for query in queries}
+        with ThreadPoolExecutor(max_workers=callers, thread_name_prefix="bench-caller") as pool:
+            shared = list(pool.map(lambda query: batching.encode_queries([query])[0], queries))
+        vectors_identical = sum(np.array_equal(alone[q], v) for q, v in zip(queries, shared, strict=True))
+        texts_per_call = batching.batcher.texts / max(batching.batcher.calls, 1)
+    finally:
+        batching.close()
 
     def top_ids(query: str) -> list[str]:
         return [hit.doc_id for hit in retriever.search(query, top_k=top_k).hits]
 
-    alone = [top_ids(query) for query in queries]
-    encoder = retriever.dense_encoder
-    batcher = encoder.batcher if isinstance(encoder, BatchingDenseEncoder) else None
-    calls_before, texts_before = (batcher.calls, batcher.texts) if batcher else (0, 0)
+    served_alone = [top_ids(query) for query in queries]
     with ThreadPoolExecutor(max_workers=callers, thread_name_prefix="bench-caller") as pool:
-        together = list(pool.map(top_ids, queries))
-    calls = batcher.calls - calls_before if batcher else len(queries)
-    texts = batcher.texts - texts_before if batcher else len(queries)
-    changed = [query for query, a, b in zip(queries, alone, together, strict=True) if a != b]
+        served_together = list(pool.map(top_ids, queries))
+    changed = [query for query, a, b in zip(queries, served_alone, served_together, strict=True) if a != b]
     return {
         "queries": len(queries),
         "callers": callers,
-        f"top{top_k}_identical": len(queries) - len(changed),
-        "texts_per_encoder_call": round(texts / max(calls, 1), 2),
-        "batched": batcher is not None,
+        "query_vectors_identical": int(vectors_identical),
+        "texts_per_encoder_call": round(texts_per_call, 2),
+        "served_batched": isinstance(retriever.dense_encoder, BatchingDenseEncoder),
+        f"served_top{top_k}_identical": len(queries) - len(changed),
         "changed_examples": changed[:5],
     }

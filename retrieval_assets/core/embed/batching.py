@@ -19,7 +19,10 @@ Only encoders whose vectors do not depend on their batch company are batched (an
 so with ``query_batches_exact``): the default bge-small, dequantised to fp32 at load time, to
 the bit; SPLADE and sentence-transformers models with masked padding to ~1e-6. An INT8 ONNX
 graph run as shipped (the "-int8" names) does not: a shared run shares its dynamic activation
-scales, and the factories return it as it is (docs/http-api.md "Query micro-batching").
+scales, and the factories return it as it is (docs/http-api.md "Query micro-batching"). Nor is
+an encoder for which a shared call saves nothing (``query_batching_pays`` false): the exact
+bge-small on CPU cost as much per query in a batch of 8 as alone, and one shared call runs on
+one thread where lone queries of concurrent searches run on all cores.
 """
 
 from __future__ import annotations
@@ -247,9 +250,14 @@ class BatchingSparseEncoder(SparseEncoder):
 
 
 def batching_dense_encoder(encoder: DenseEncoder, *, max_wait_ms: float, max_batch: int) -> DenseEncoder:
-    """``encoder`` behind a micro-batcher; ``encoder`` itself when ``max_wait_ms`` is 0 or its
-    vectors would move with their batch company."""
-    if max_wait_ms == 0 or not _batches_exactly(encoder) or isinstance(encoder, BatchingDenseEncoder):
+    """``encoder`` behind a micro-batcher; ``encoder`` itself when ``max_wait_ms`` is 0, its
+    vectors would move with their batch company, or a shared call would not save work."""
+    if (
+        max_wait_ms == 0
+        or not _batches_exactly(encoder)
+        or not getattr(encoder, "query_batching_pays", True)
+        or isinstance(encoder, BatchingDenseEncoder)
+    ):
         return encoder
     return BatchingDenseEncoder(encoder, max_wait_ms=max_wait_ms, max_batch=max_batch)
 

@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 _ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
-# Padded tokens per document batch of an exact ONNX encoder: bounds the attention activations
-# (batch x heads x length^2) of long texts while short ones still share a run.
-DOCUMENT_MAX_BATCH_TOKENS = 4096
+# Document runs of an exact ONNX encoder on CPU. 150 SciFact abstracts on AMD EPYC (AVX2), two
+# rounds: 4 texts and 2,048 padded tokens per run encoded 6.1-6.3 a second, one text 5.2-5.8,
+# 8 texts / 4,096 tokens 5.5-6.1 and 16 / 4,096 5.4-5.6 (docs/benchmarks/exact-encoders.md).
+CPU_DOCUMENT_BATCH_TEXTS = 4
+CPU_DOCUMENT_MAX_BATCH_TOKENS = 2048
 
 
 def padded_feeds(
@@ -60,7 +62,6 @@ class OnnxDenseEncoder(DenseEncoder):
         query_prefix: str = "",
         max_length: int = 512,
         batch_size: int = 16,
-        max_batch_tokens: int | None = DOCUMENT_MAX_BATCH_TOKENS,
         device: str = "cpu",
         intra_op_threads: int | None = None,
         dequantize: bool = True,
@@ -98,12 +99,20 @@ class OnnxDenseEncoder(DenseEncoder):
         self.model_name = model_name or str(model_dir)
         self.graph = loaded.graph  # in the embedding cache's fingerprint
         self.query_batches_exact = loaded.batch_exact  # see batching.batching_dense_encoder
+        # On CPU a query cost the same 27 ms of CPU in a batch of 8 as alone (AMD EPYC, AVX2), and
+        # a shared call runs on one thread: 16 clients got 37 answers/s batched, 59 unbatched
+        # (docs/benchmarks/exact-encoders.md). A GPU runs a batch in one pass, so it batches.
+        self.query_batching_pays = loaded.batch_exact and device == "cuda"
         self.max_length = max_length
         self.device = device
         self.pooling = pooling
         self.query_prefix = query_prefix
-        self.batch_size = batch_size if loaded.batch_exact else 1
-        self.max_batch_tokens = max_batch_tokens
+        # A GPU wants whole batches; on CPU small runs were fastest. Batch company moves the
+        # vectors of a graph that is not exact, so it runs one text at a time.
+        on_cpu = device != "cuda"
+        self.batch_size = min(batch_size, CPU_DOCUMENT_BATCH_TEXTS) if on_cpu else batch_size
+        self.batch_size = self.batch_size if loaded.batch_exact else 1
+        self.max_batch_tokens = CPU_DOCUMENT_MAX_BATCH_TOKENS if on_cpu else None
         # One real run: a broken model fails at load time, not halfway through a build.
         self.dim = int(self._encode(["dimension probe"]).shape[1])
 

@@ -418,6 +418,9 @@ def test_int8_onnx_queries_are_not_batched_and_exact_ones_are() -> None:
     int8 = load_dense_encoder("BAAI/bge-small-en-v1.5-int8", device="cpu")
     assert batching_dense_encoder(int8, max_wait_ms=2.0, max_batch=16) is int8  # vectors would move
     bge = load_dense_encoder("BAAI/bge-small-en-v1.5", device="cpu")
+    # Exact, but on CPU a shared call saves nothing and holds the queries to one thread.
+    assert bge.query_batches_exact and batching_dense_encoder(bge, max_wait_ms=5.0, max_batch=8) is bge
+    bge.query_batching_pays = True  # as on a GPU
     batching_bge = batching_dense_encoder(bge, max_wait_ms=5.0, max_batch=8)
     assert isinstance(batching_bge, BatchingDenseEncoder)
     exact_alone = {text: bge.encode_queries([text])[0] for text in QUERIES}

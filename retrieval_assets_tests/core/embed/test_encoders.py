@@ -188,10 +188,11 @@ def test_bge_query_prefix_applies_to_queries_only(bge: DenseEncoder) -> None:
 
 
 def test_dense_progress_reports_each_batch(dense: DenseEncoder) -> None:
-    texts = [f"document number {i} about insulin" for i in range(20)]  # batch_size 16: two batches
+    texts = [f"document number {i} about insulin" for i in range(20)]
     calls: list[tuple[int, int]] = []
     dense.encode_documents(texts, progress=lambda done, total: calls.append((done, total)))
-    assert calls == [(16, 20), (20, 20)]
+    size = min(16, getattr(dense, "batch_size", 16))  # the exact ONNX encoder runs 4 on CPU
+    assert calls == [(min(done, 20), 20) for done in range(size, 20 + size, size)]
 
 
 def test_texts_beyond_max_length_are_truncated(dense: DenseEncoder, splade: SparseEncoder) -> None:
