@@ -110,8 +110,10 @@ class OnnxDenseEncoder(DenseEncoder):
         # A GPU wants whole batches; on CPU small runs were fastest. Batch company moves the
         # vectors of a graph that is not exact, so it runs one text at a time.
         on_cpu = device != "cuda"
-        self.batch_size = min(batch_size, CPU_DOCUMENT_BATCH_TEXTS) if on_cpu else batch_size
-        self.batch_size = self.batch_size if loaded.batch_exact else 1
+        if not loaded.batch_exact:
+            self.batch_size = 1
+        else:
+            self.batch_size = min(batch_size, CPU_DOCUMENT_BATCH_TEXTS) if on_cpu else batch_size
         self.max_batch_tokens = CPU_DOCUMENT_MAX_BATCH_TOKENS if on_cpu else None
         # One real run: a broken model fails at load time, not halfway through a build.
         self.dim = int(self._encode(["dimension probe"]).shape[1])
