@@ -103,25 +103,40 @@ def cmd_versions(args: argparse.Namespace) -> int:
     """Every complete index version with its quality and whether it serves."""
     for row in _resource("storage").versions().quality_history():
         marker = "*" if row.pop("promoted") else " "
-        print(f"{marker} " + "  ".join(f"{key}={value}" for key, value in row.items()))
+        forced = row.pop("forced_rollback", None)
+        line = f"{marker} " + "  ".join(f"{key}={value}" for key, value in row.items())
+        # A version served past a refused gate says so, on the line of its own.
+        print(line + (f"  FORCED ROLLBACK ({forced})" if forced else ""))
     return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     """Serve the previously promoted version again (or --to VERSION) through ``rollback_job``, so
-    the Dagster UI records the switch on ``promoted_index`` just as the pointer moves."""
-    from retrieval_assets.core.index.versions import VersionError
+    the Dagster UI records the switch on ``promoted_index`` just as the pointer moves. A version
+    the promotion gate refused needs --force, and the history records the rollback as forced."""
+    import getpass
+
+    from retrieval_assets.core.index.versions import RefusedVersionError, VersionError
     from retrieval_assets.definitions import configured_storage, defs
 
     with configured_storage() as storage:
         versions = storage.versions()
         before = versions.promoted()
         try:
-            versions.rollback_target(args.to)  # a bad target is a message, not a failed run
+            # A bad target is a message, not a failed run; so is a refused one without --force.
+            versions.check_rollback(versions.rollback_target(args.to), args.force)
+        except RefusedVersionError as exc:
+            print(f"rollback: {exc}. Add --force to roll back to it anyway (and --reason to say why).", file=sys.stderr)
+            return 2
         except VersionError as exc:
             print(f"rollback: {exc}", file=sys.stderr)
             return 2
-    run_config = {"ops": {"rollback_promoted_version": {"config": {"to_version": args.to}}}}
+    try:
+        user: str | None = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment or the password database
+        user = None
+    config = {"to_version": args.to, "force": args.force, "requested_by": user, "reason": args.reason}
+    run_config = {"ops": {"rollback_promoted_version": {"config": config}}}
     result = defs.resolve_job_def("rollback_job").execute_in_process(
         instance=_instance(), run_config=run_config, raise_on_error=False
     )
@@ -133,6 +148,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if target is None:  # a successful rollback_job has promoted a version
         raise RuntimeError("rollback_job succeeded but no version is promoted")
     print(f"serving {target.id} (was {before.id if before else 'nothing'})")
+    verdict, reasons = target.gate_verdict()
+    if verdict == "refused":
+        print(f"forced: the promotion gate refused {target.id} ({'; '.join(reasons)}); recorded in the history")
     return 0
 
 
@@ -251,6 +269,12 @@ def cmd_bench_auth(args: argparse.Namespace) -> int:
     from retrieval_assets.bench.auth_overhead import bench_auth
 
     return bench_auth(args.requests, args.rounds, args.queries, args.json_out)
+
+
+def cmd_bench_document_writes(args: argparse.Namespace) -> int:
+    from retrieval_assets.bench.document_writes import bench_document_writes
+
+    return bench_document_writes(args.url, args.records, args.repeat, args.corpus, args.tenant, args.json_out)
 
 
 def cmd_bench_document_flow(args: argparse.Namespace) -> int:
@@ -387,7 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
     versions.set_defaults(func=cmd_versions)
 
     rollback = _command(sub, "rollback", help="serve the previously promoted index version again")
-    rollback.add_argument("--to", help="a specific version id (see `versions`)")
+    rollback.add_argument("--to", help="a specific version id (see `versions`); default: the previously promoted one")
+    rollback.add_argument(
+        "--force",
+        action="store_true",
+        help="roll back to a version the promotion gate refused; recorded as a forced rollback (default: refuse)",
+    )
+    rollback.add_argument("--reason", help="why, recorded in the version history (default: none given)")
     rollback.set_defaults(func=cmd_rollback)
 
     search = _command(sub, "search", help="query the promoted index version")
@@ -539,6 +569,19 @@ def build_parser() -> argparse.ArgumentParser:
     flow.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     flow.add_argument("--json-out", help="also write the result JSON to this file")
     flow.set_defaults(func=cmd_bench_document_flow)
+
+    writes = _command(
+        sub,
+        "bench-document-writes",
+        help="server CPU per record of one POST /documents (serve a scratch home: the records are queued)",
+    )
+    writes.add_argument("--url", default="http://127.0.0.1:8000", help="base URL of `retrieval-assets serve`")
+    writes.add_argument("--records", type=int, default=1000, help="records in each POST")
+    writes.add_argument("--repeat", type=int, default=3, help="posts to make (the figure is their median)")
+    writes.add_argument("--corpus", help="JSON Lines records in the server's catalog format (default: made up)")
+    writes.add_argument("--tenant", help="post as this tenant (default: the server's default)")
+    writes.add_argument("--json-out", help="also write the result JSON to this file")
+    writes.set_defaults(func=cmd_bench_document_writes)
 
     gold = _command(sub, "gold", help="the gold queries the promotion gate judges with: add curated ones, show, redraw")
     gold_actions = gold.add_subparsers(dest="action", required=True)

@@ -25,7 +25,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from retrieval_assets.core.index.versions import IndexVersions
-from retrieval_assets.defs.resources import CatalogResource
+from retrieval_assets.defs.resources import CatalogResource, PromotionGateResource
 from retrieval_assets.paths import PROJECT_ROOT
 from retrieval_assets.runs import deployment_resources, evaluate_version
 from retrieval_assets_tests.builds import build_catalog
@@ -276,6 +276,54 @@ def test_rollback_moves_the_pointer_back_and_the_ui_agrees(tiny_home):
     result = cli(tiny_home["env"], "versions")
     starred = [line for line in result.stdout.splitlines() if line.startswith("*")]
     assert len(starred) == 1 and tiny_home["first"] in starred[0], result.stdout
+
+
+def test_rollback_to_a_version_the_gate_refused_needs_force_and_is_recorded(tiny_home, tiny_beir, tmp_path):
+    # A copy of the tiny home, whichever version the other tests left serving.
+    home = tmp_path / "home"
+    shutil.copytree(tiny_home["home"], home)
+    env, dagster_home = _env(home, tmp_path / "dagster_home"), tmp_path / "dagster_home"
+    versions = IndexVersions(home / "indexes")
+    serving = versions.promoted().id
+    refused = tiny_home["first"] if serving == tiny_home["second"] else tiny_home["second"]
+    # Judged again against what serves, with a latency budget no search meets: the gate refuses it.
+    strict = deployment_resources(
+        home, CatalogResource(format="beir", path=str(tiny_beir)), gate=PromotionGateResource(p95_budget_ms=0.001)
+    )
+    evaluate_version(strict, refused, configurations=[])
+    verdict, reasons = versions.version(refused).gate_verdict()
+    assert verdict == "refused" and any("budget" in reason for reason in reasons), reasons
+
+    # Without --force: nothing moves, and the message names the verdict, its reason and the way out.
+    pointer_before = versions.pointer()
+    result = cli(env, "rollback", "--to", refused)
+    assert result.returncode == 2, result.stderr[-4000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("rollback: the promotion gate refused " + refused), message
+    assert "budget" in message and "--force" in message, message
+    assert versions.pointer() == pointer_before
+
+    # With it: served, and recorded as a forced rollback (who, when, why) in the history, `versions` and the UI.
+    result = cli(env, "rollback", "--to", refused, "--force", "--reason", "the new version lost documents")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"serving {refused} (was {serving})" in result.stdout and "forced" in result.stdout, result.stdout
+    assert versions.promoted().id == refused and versions.pointer()["forced"]
+    [event] = [e for e in versions.history() if e["event"] == "rolled_back" and e.get("forced")]
+    assert event["version"] == refused and event["gate"] == "refused" and event["forced_by"]
+    assert event["forced_why"] == "the new version lost documents" and any("budget" in r for r in event["gate_reasons"])
+
+    listed = cli(env, "versions")
+    [starred] = [line for line in listed.stdout.splitlines() if line.startswith("*")]
+    assert refused in starred and "gate=refused" in starred, listed.stdout
+    assert f"FORCED ROLLBACK (forced at {event['at']} by {event['forced_by']}: the new version lost" in starred
+
+    instance = DagsterInstance.from_config(str(dagster_home))
+    shown = instance.get_latest_materialization_event(AssetKey("promoted_index")).asset_materialization
+    assert shown.description == "forced rollback past a refused gate"
+    assert shown.metadata["forced"].value is True and shown.metadata["gate"].value == "refused"
+    assert shown.metadata["forced_why"].value == "the new version lost documents"
+    history = {record.data["version"]: record.data for record in shown.metadata["quality_history"].value.records}
+    assert history[refused]["forced_rollback"].startswith("forced at ") and history[refused]["promoted"] is True
 
 
 # --- bench ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,13 +69,32 @@ class QuarantineRecord(BaseModel):
     raw: str = ""
 
 
+def document_key(tenant_id: str, doc_id: str) -> str:
+    """A document's identity across tenants: ``{tenant}/{doc_id}``, the tenant percent-encoded.
+
+    Document ids live in their tenant's namespace (two tenants may hold the same id), so what
+    must name one document among every tenant's (chunk ids, a search's collapse key) is qualified
+    by the tenant. The encoded tenant holds no ``/``, so the first ``/`` ends it and no two
+    (tenant, id) pairs share a key."""
+    return f"{quote(tenant_id, safe='')}/{doc_id}"
+
+
+def chunk_document(chunk_id: str, doc_id: str) -> str:
+    """The ``document_key`` a chunk id names (its part before ``#{ordinal}``). A chunk id of a
+    version built before ids were qualified by tenant (``{doc_id}#{ordinal}``), or one with no
+    ordinal, names its document by ``doc_id`` alone, as that version did."""
+    head, separator, _ = chunk_id.rpartition("#")
+    return head if separator and head != doc_id else doc_id
+
+
 def embedding_text(title: str | None, text: str) -> str:
     """What encoders see of a chunk: the title gives every chunk of a document its topic."""
     return f"{title}\n{text}" if title else text
 
 
 class Chunk(BaseModel):
-    """A retrievable unit of a document; ``chunk_id`` is deterministic: ``{doc_id}#{ordinal}``."""
+    """A retrievable unit of a document; ``chunk_id`` is deterministic:
+    ``{tenant}/{doc_id}#{ordinal}`` (``make_id``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -90,8 +110,11 @@ class Chunk(BaseModel):
     content_hash: str = ""
 
     @staticmethod
-    def make_id(doc_id: str, ordinal: int) -> str:
-        return f"{doc_id}#{ordinal}"
+    def make_id(doc_id: str, ordinal: int, *, tenant_id: str) -> str:
+        """The chunk's id: its document's ``document_key`` and its ordinal, so that two tenants'
+        documents with the same id never share a chunk id in any index. Versions built before
+        (``{doc_id}#{ordinal}``) stay readable: nothing parses a chunk id but its ordinal."""
+        return f"{document_key(tenant_id, doc_id)}#{ordinal}"
 
     @property
     def embedding_text(self) -> str:

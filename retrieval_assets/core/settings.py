@@ -48,8 +48,10 @@ class ChunkingSettings(BaseModel):
 class VocabularySettings(BaseModel):
     """The vocabulary whose embedded terms lexical query expansion picks from."""
 
-    min_doc_freq: int = Field(2, ge=1, description="Documents a term must appear in to enter the vocabulary.")
-    max_terms: int = Field(20_000, ge=1, description="Terms kept, most frequent first.")
+    min_doc_freq: int = Field(
+        2, ge=1, description="Documents of one tenant a term must appear in to enter the vocabulary for that tenant."
+    )
+    max_terms: int = Field(20_000, ge=1, description="Terms kept per tenant, most frequent first.")
 
 
 class FusionSettings(BaseModel):
@@ -74,7 +76,9 @@ class ExpansionSettings(BaseModel):
     threshold: float = Field(0.75, gt=0.0, le=1.0, description="Least cosine of an added term to a query term.")
     max_terms: int = Field(10, ge=1, description="Terms added at most.")
     weight: float = Field(
-        0.5, gt=0.0, le=1.0,
+        0.5,
+        gt=0.0,
+        le=1.0,
         description="Boost of an added term relative to a query term, times its cosine to the query term.",
     )
     min_results: int = Field(
@@ -82,7 +86,9 @@ class ExpansionSettings(BaseModel):
     )
     max_retries: int = Field(2, ge=0, le=2, description="Broader retries at most.")
     broaden_step: float = Field(
-        0.1, ge=0.0, lt=1.0,
+        0.1,
+        ge=0.0,
+        lt=1.0,
         description="Each retry lowers the threshold by this much and allows max_terms more terms.",
     )
 
@@ -101,7 +107,9 @@ class RerankSettings(BaseModel):
     )
     # The learned configuration chooses w per catalog.
     blend_weight: float | None = Field(
-        None, ge=0.0, le=1.0,
+        None,
+        ge=0.0,
+        le=1.0,
         description="Order the head by w * cross-encoder + (1 - w) * first stage, both min-max normalised; "
         "unset: as enabled and fuse_with_first_stage say.",
     )
@@ -213,11 +221,14 @@ class IndexBuildSettings(BaseModel):
         description='Metadata fields whose values become domain nodes of the tool graph (EDAM "topics").',
     )
     embedding_block_rows: int = Field(
-        DEFAULT_BLOCK_ROWS, ge=1,
+        DEFAULT_BLOCK_ROWS,
+        ge=1,
         description="Texts encoded between two durable embedding-cache writes: bounds memory and lost work.",
     )
     delta_max_changed_fraction: float = Field(
-        0.05, ge=0.0, le=1.0,
+        0.05,
+        ge=0.0,
+        le=1.0,
         description="A candidate whose chunks differ from the promoted version's by at most this share (new, "
         "changed and removed chunks over the larger chunk count) is built from a copy of that version's "
         "indexes, applying only the changes; above it, or with other models or settings, every index is "

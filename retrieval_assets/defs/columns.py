@@ -28,7 +28,7 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "operation": "What the inbox entry asked for: upsert or delete.",
     "outcome": "What this build did with the inbox entry: indexed, deleted or rejected.",
     # Chunks and embeddings.
-    "chunk_id": "The chunk's id: {doc_id}#{n}.",
+    "chunk_id": "The chunk's id: {tenant}/{doc_id}#{n} (the tenant percent-encoded).",
     "ordinal": "The chunk's position in its document, from 0.",
     "section": "The document section the chunk was cut from.",
     "content_hash": "Hash of the chunk's text and chunking settings: its key in the embedding cache.",
@@ -39,7 +39,9 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "term": "A term from document names, descriptions or keywords.",
     "doc_freq": "Documents holding the term.",
     "sources": "Where the term was seen: description, keyword, name.",
-    "tenants": "The tenants whose documents hold the term; a search expands only with its tenants' terms.",
+    "tenants": "The tenants the term was chosen for (by their own documents); a search expands only with its "
+    "tenants' terms.",
+    "tenant_doc_freq": "Documents of each of those tenants holding the term, in the same order.",
     # Knowledge graph (core/index/graph.py).
     "target": "The tool or domain node the edge points at.",
     "relation": "The edge's relation as the catalog names it (requires, alternative_to, ...), or in_domain.",

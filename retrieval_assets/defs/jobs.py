@@ -23,6 +23,7 @@ from dagster import (
 from pydantic import Field
 
 from retrieval_assets.core.index.servers import roll_back
+from retrieval_assets.defs.metadata import quality_history_table
 from retrieval_assets.defs.resources import IndexStorageResource
 
 # Selected by key: an asset object imported into this module would be found twice by
@@ -90,18 +91,54 @@ class RollbackConfig(Config):
     to_version: str | None = Field(
         default=None, description="The version to serve; unset: the version promoted before the current one."
     )
+    force: bool = Field(
+        default=False,
+        description="Serve the version even though the promotion gate refused it; recorded as a forced rollback.",
+    )
+    requested_by: str | None = Field(default=None, description="Who asks for the rollback, for the history.")
+    reason: str | None = Field(default=None, description="Why, for the history (a forced rollback above all).")
 
 
 @op(out={})
 def rollback_promoted_version(context: OpExecutionContext, config: RollbackConfig, storage: IndexStorageResource):
     versions = storage.versions()
     before = versions.promoted()
-    target = roll_back(versions, storage.servers(), config.to_version)
+    target = roll_back(
+        versions,
+        storage.servers(),
+        config.to_version,
+        force=config.force,
+        by=config.requested_by,
+        why=config.reason,
+    )
+    verdict, reasons = target.gate_verdict()
+    forced = verdict == "refused"
     context.log.info(f"serving {target.id} again (was {before.id if before else 'nothing'})")
+    if forced:
+        context.log.warning(
+            f"forced rollback: the promotion gate refused {target.id} ({'; '.join(reasons)}); "
+            f"by {config.requested_by or '(unknown)'}: {config.reason or '(no reason given)'}"
+        )
     yield AssetMaterialization(
         asset_key=AssetKey("promoted_index"),
-        description="rollback",
-        metadata={"version": target.id, "previous": before.id if before else "(none)", "changed": True},
+        description="forced rollback past a refused gate" if forced else "rollback",
+        metadata={
+            "version": target.id,
+            "previous": before.id if before else "(none)",
+            "changed": True,
+            "gate": verdict,
+            "forced": forced,
+            **(
+                {
+                    "gate_reasons": "; ".join(reasons) or "(none recorded)",
+                    "forced_by": config.requested_by or "(unknown)",
+                    "forced_why": config.reason or "(no reason given)",
+                }
+                if forced
+                else {}
+            ),
+            "quality_history": quality_history_table(versions),
+        },
     )
 
 

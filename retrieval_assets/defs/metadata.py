@@ -19,7 +19,8 @@ from dagster import (
 )
 
 from retrieval_assets.core.embed.base import ProgressCallback
-from retrieval_assets.defs.columns import COLUMN_DESCRIPTIONS
+from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.defs.columns import COLUMN_DESCRIPTIONS, HISTORY_DESCRIPTIONS
 
 _PREVIEW_CHARS = 80
 
@@ -159,3 +160,25 @@ def stopwatch() -> Iterator[dict[str, float]]:
         yield elapsed
     finally:
         elapsed["seconds"] = round(time.perf_counter() - started, 3)
+
+
+# The quality history's columns beyond ``HISTORY_DESCRIPTIONS`` (``IndexVersions.quality_history``).
+QUALITY_HISTORY_DESCRIPTIONS: dict[str, str] = {
+    "gold": "Fingerprint of the gold queries that judged the version.",
+    "gold_kind": "Which gold judged the version: curated (the catalog's own or a person's), known_item or llm "
+    "(generated from the documents).",
+    "gold_scope": "The tenants whose documents the gold queries were searched in: other tenants' documents cannot "
+    "move the figures.",
+    "forced_rollback": "A rollback that served this version although the promotion gate refused it: when, by "
+    "whom and why (`retrieval-assets rollback --force`).",
+}
+
+
+def quality_history_table(versions: IndexVersions, *, deciding: str | None = None) -> MetadataValue:
+    """``versions.quality_history()`` as a UI table; on the evaluation
+    (``deciding``: the candidate being judged) without the ``promoted`` column, which only the
+    promotion that follows can make true."""
+    frame = pd.DataFrame(versions.quality_history())
+    if deciding is not None and "promoted" in frame.columns:
+        frame = frame.drop(columns=["promoted"])
+    return preview(frame, rows=len(frame), descriptions={**HISTORY_DESCRIPTIONS, **QUALITY_HISTORY_DESCRIPTIONS})

@@ -1,19 +1,21 @@
-"""Overload control for the search routes: a bounded number running, a bounded queue, 503 past it.
+"""Overload control: a bounded number running, a bounded queue, 503 past it.
 
-At most ``concurrency`` searches run at once; up to ``queue_depth`` more wait in arrival order.
-A search that finds the queue full is answered 503 with ``Retry-After`` at once, rather than
-waiting behind work the machine cannot finish in time. A client that hangs up while it waits
-leaves the queue (its slot goes to the next one) instead of being searched for nobody.
+One ``Admission`` guards the searches and another the document writes. At most ``concurrency``
+requests of its kind run at once; up to ``queue_depth`` more wait in arrival order. A request
+that finds the queue full is answered 503 with ``Retry-After`` at once, rather than waiting
+behind work the machine cannot finish in time. A client that hangs up while it waits leaves the
+queue (its slot goes to the next one) instead of being served for nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from retrieval_assets.serving.asgi import read_body, replaying, send_json
 
 RETRY_AFTER_SECONDS = 1
 
@@ -28,23 +30,23 @@ class AdmissionLimits:
             raise ValueError("concurrency must be at least 1 and queue_depth at least 0")
 
 
-class SearchAdmission:
-    """ASGI middleware over ``paths``; ``on_change(running, waiting)`` and ``on_reject()`` report
-    to the metrics."""
+class Admission:
+    """ASGI middleware over the requests ``applies`` to; ``on_change(running, waiting)`` and
+    ``on_reject()`` report to the metrics."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         limits: AdmissionLimits,
-        paths: frozenset[str],
+        applies: Callable[[Scope], bool],
         max_body_bytes: int,
         on_change: Callable[[int, int], None] = lambda running, waiting: None,
         on_reject: Callable[[], None] = lambda: None,
     ) -> None:
         self.app = app
         self.limits = limits
-        self.paths = paths
+        self.applies = applies
         self.max_body_bytes = max_body_bytes
         self.on_change = on_change
         self.on_reject = on_reject
@@ -52,7 +54,7 @@ class SearchAdmission:
         self.waiting: list[asyncio.Future[None]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
+        if scope["type"] != "http" or not self.applies(scope):
             await self.app(scope, receive, send)
             return
         if self.running >= self.limits.concurrency and len(self.waiting) >= self.limits.queue_depth:
@@ -61,9 +63,9 @@ class SearchAdmission:
             return
         # The body is read before waiting, so that while the request waits, the only thing the
         # client can still send is its hang-up.
-        body, complete = await _read_body(receive, self.max_body_bytes)
-        replay = _replaying(body, receive)
-        if not complete:  # too large: the app answers 413 without searching
+        body, complete = await read_body(receive, self.max_body_bytes)
+        replay = replaying(body, receive)
+        if not complete:  # too large: the app answers 413 without doing the work
             await self.app(scope, replay, send)
             return
         if not await self._admit(receive):
@@ -106,44 +108,16 @@ class SearchAdmission:
         self.on_change(self.running, len(self.waiting))
 
 
-async def _read_body(receive: Receive, limit: int) -> tuple[list[Message], bool]:
-    """The request's body messages, and False once they pass ``limit`` bytes (reading stops)."""
-    messages: list[Message] = []
-    size = 0
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            return messages, True  # a disconnect: the app sees it and answers no one
-        size += len(message.get("body", b""))
-        if size > limit:
-            return messages, False
-        if not message.get("more_body", False):
-            return messages, True
-
-
-def _replaying(messages: list[Message], receive: Receive) -> Receive:
-    pending = list(messages)
-
-    async def replay() -> Message:
-        return pending.pop(0) if pending else await receive()
-
-    return replay
-
-
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
 async def _overloaded(send: Send) -> None:
-    body = json.dumps(
-        {"detail": "the server is at capacity: retry after the Retry-After seconds", "error": "Service Unavailable"}
-    ).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_json(
+        send,
+        503,
+        "the server is at capacity: retry after the Retry-After seconds",
+        "Service Unavailable",
+        [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())],
+    )

@@ -47,7 +47,7 @@ from retrieval_assets.core.ingest.catalog import CatalogFormat
 from retrieval_assets.core.ingest.inbox import DocumentInbox
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.service import UNAVAILABLE_ERRORS, SearchService
-from retrieval_assets.serving.admission import AdmissionLimits, SearchAdmission
+from retrieval_assets.serving.admission import Admission, AdmissionLimits
 from retrieval_assets.serving.auth import (
     ApiKeys,
     AuthError,
@@ -56,16 +56,29 @@ from retrieval_assets.serving.auth import (
     unauthorized,
 )
 from retrieval_assets.serving.errors import install_error_handlers
+from retrieval_assets.serving.limits import RequestLimits
 from retrieval_assets.serving.metrics import RequestMetrics, ServingMetrics
 from retrieval_assets.serving.openapi import install_contract
 from retrieval_assets.serving.routes.documents import document_routes
 from retrieval_assets.serving.routes.operations import operation_routes
 from retrieval_assets.serving.routes.search import search_routes
-from retrieval_assets.serving.schemas import MAX_SEARCH_BODY_BYTES, ErrorBody
+from retrieval_assets.serving.schemas import MAX_DOCUMENT_BYTES, MAX_SEARCH_BODY_BYTES, ErrorBody
 
 logger = logging.getLogger(__name__)
 
 SEARCH_PATHS = frozenset({"/search", "/search/stream"})
+# Document writes clean every record and append to the inbox: one at a time, a few waiting, so
+# that posts cannot take the cores searches need (bench-document-writes measures their cost).
+WRITE_LIMITS = AdmissionLimits(concurrency=1, queue_depth=4)
+
+
+def is_search(scope: ASGIScope) -> bool:
+    return scope["path"] in SEARCH_PATHS
+
+
+def is_document_write(scope: ASGIScope) -> bool:
+    path = scope["path"]
+    return scope["method"] in ("POST", "DELETE") and (path == "/documents" or path.startswith("/documents/"))
 
 
 def default_limits() -> AdmissionLimits:
@@ -101,7 +114,9 @@ def create_app(
     often. Without keys every caller is trusted, so ``retrieval-assets serve`` binds loopback only.
 
     ``limits``: how many searches run at once and how many may wait (``default_limits()``);
-    past that a search is a 503 with ``Retry-After``. ``GET /metrics`` (admin scope) reports it all.
+    past that a search is a 503 with ``Retry-After``. Document writes have their own, smaller
+    ``WRITE_LIMITS``. Every request meets ``RequestLimits`` (header size and count, UTF-8 bodies).
+    ``GET /metrics`` (admin scope) reports it all.
     """
     if isinstance(search, SearchService):
         service = search
@@ -134,22 +149,34 @@ def create_app(
         title="retrieval_assets",
         summary="Hybrid search (BM25, SPLADE and dense, fused) over the indexes the Dagster assets build.",
         lifespan=lifespan,
-        max_body_size=MAX_SEARCH_BODY_BYTES,
-        # Also a body that is not UTF-8 JSON (FastAPI's 400, answered as 422 by errors.install_error_handlers).
+        # The largest any route takes (POST /documents): the middlewares read bodies before the
+        # route is known; the search routes set their own, smaller limit.
+        max_body_size=MAX_DOCUMENT_BYTES,
+        # Also a body that is not UTF-8 (serving.limits).
         responses={422: {"model": ErrorBody, "description": "invalid request; `detail` says why"}},
     )
     app.state.service = service
     app.state.inbox = inbox
     app.state.metrics = metrics
-    # Outermost last: metrics see every answer, a caller without a key never reaches the queue.
+    # Outermost last: metrics see every answer, a caller without a key never reaches the limits
+    # or a queue.
     app.add_middleware(
-        SearchAdmission,
+        Admission,
         limits=limits or default_limits(),
-        paths=SEARCH_PATHS,
+        applies=is_search,
         max_body_bytes=MAX_SEARCH_BODY_BYTES,
         on_change=metrics.on_admission,
         on_reject=metrics.rejected.inc,
     )
+    app.add_middleware(
+        Admission,
+        limits=WRITE_LIMITS,
+        applies=is_document_write,
+        max_body_bytes=MAX_DOCUMENT_BYTES,
+        on_change=metrics.on_write_admission,
+        on_reject=metrics.writes_rejected.inc,
+    )
+    app.add_middleware(RequestLimits, max_body_bytes=MAX_DOCUMENT_BYTES)
     if keys is not None:
         app.add_middleware(KeyRequired, keys=keys)
     app.add_middleware(RequestMetrics, metrics=metrics, route_of=lambda scope: _route_template(routes, scope))

@@ -71,11 +71,6 @@ def install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
     @app.exception_handler(StarletteHTTPException)  # FastAPI's, and Starlette's own (unknown route)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
-            # FastAPI's 400 for a body it cannot decode (not UTF-8): malformed JSON is a 422 everywhere.
-            msg = f"not UTF-8 JSON: {exc.__cause__}"
-            errors = [{"loc": ["body"], "msg": msg, "type": "json_invalid"}]
-            return error_response(422, f"body: {msg}", "RequestValidationError", errors=errors)
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # the route that refused knows only its own methods
             headers["Allow"] = ", ".join(_allowed_methods(routes, request))

@@ -1,12 +1,12 @@
 """What ``GET /metrics`` exposes (Prometheus text format, ``prometheus-client``).
 
 Per request: counts by route, method and status, and latency histograms. Serving state: searches
-running and waiting, overload rejections. Per search, from its ``RetrievalResult``: each stage's
-time (parse, expansion, each engine, fusion, graph, rerank, multi-query, and the response's
-serialisation; each query encoding, ``dense_encode``/``splade_encode``), the encoders' CPU,
-candidates per strategy, the top and mean fused score, the reranker's mean rank change,
-expansion terms added and retries. The process's CPU seconds (``process_cpu_seconds_total``) and
-the encoders' let ``loadtest`` report both per request.
+running and waiting, overload rejections, and the same for document writes. Per search, from its
+``RetrievalResult``: each stage's time (parse, expansion, each engine, fusion, graph, rerank,
+multi-query, and the response's serialisation; each query encoding, ``dense_encode`` and
+``splade_encode``), the encoders' CPU, candidates per strategy, the top and mean fused score,
+the reranker's mean rank change, expansion terms added and retries. The process's CPU seconds
+(``process_cpu_seconds_total``) and the encoders' let ``loadtest`` report both per request.
 """
 
 from __future__ import annotations
@@ -50,6 +50,17 @@ class ServingMetrics:
         self.waiting = Gauge("retrieval_searches_waiting", "searches queued for a slot", registry=self.registry)
         self.rejected = Counter(
             "retrieval_searches_rejected", "searches answered 503 because the queue was full", registry=self.registry
+        )
+        self.writes_running = Gauge(
+            "retrieval_document_writes_running", "document writes running now", registry=self.registry
+        )
+        self.writes_waiting = Gauge(
+            "retrieval_document_writes_waiting", "document writes queued for a slot", registry=self.registry
+        )
+        self.writes_rejected = Counter(
+            "retrieval_document_writes_rejected",
+            "document writes answered 503 because the queue was full",
+            registry=self.registry,
         )
         self.stage = Histogram(
             "retrieval_stage_seconds", "time per search stage", ["stage"], buckets=SECONDS, registry=self.registry
@@ -109,6 +120,10 @@ class ServingMetrics:
     def on_admission(self, running: int, waiting: int) -> None:
         self.running.set(running)
         self.waiting.set(waiting)
+
+    def on_write_admission(self, running: int, waiting: int) -> None:
+        self.writes_running.set(running)
+        self.writes_waiting.set(waiting)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

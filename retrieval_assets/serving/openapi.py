@@ -1,8 +1,9 @@
 """The OpenAPI document, completed with what the server does beyond the routes' signatures.
 
 The document is the contract (``test_openapi_contract`` runs schemathesis over it): every answer
-an operation gives is in its ``responses``, the key answers (401, 403, 429) and the body limit's
-413 included, and the stream's JSON-object parameters are described as JSON.
+an operation gives is in its ``responses``, the key answers (401, 403, 429), the body limit's
+413, the header limits' 431 and the document writes' 503 included, and the stream's JSON-object
+parameters are described as JSON.
 """
 
 from typing import Any
@@ -24,11 +25,21 @@ def install_contract(app: FastAPI, secured: bool) -> None:
 def _contract(openapi: dict[str, Any], secured: bool) -> dict[str, Any]:
     """The generated document, completed with what the server does beyond the routes' signatures."""
     json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    for operations in openapi["paths"].values():
-        for operation in operations.values():
+    for path, operations in openapi["paths"].items():
+        for method, operation in operations.items():
             responses = operation["responses"]
             if secured and "security" in operation:
                 responses.update(_auth_responses(json_error))
+            responses["431"] = {
+                "description": "more than 100 header fields, or more than 16,384 bytes of them",
+                "content": json_error,
+            }
+            if path.startswith("/documents") and method in ("post", "delete"):
+                responses["503"] = {
+                    "description": "document writes are at capacity; `Retry-After` says in how many seconds to retry",
+                    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                    "content": json_error,
+                }
             if "requestBody" in operation:
                 responses["413"] = {
                     "description": "request body too large "

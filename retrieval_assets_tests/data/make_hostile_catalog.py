@@ -85,7 +85,12 @@ def hostile_rows() -> list[Row]:
         ("null_id", _tool(None), "missing_id"),
         ("empty_id", _tool(""), "missing_id"),
         ("whitespace_id", _tool("   "), "missing_id"),
-        ("duplicate_id_different_text", _tool("good-1", description="Completely different text."), "duplicate_id"),
+        # good-1 is lab-a's: ids live in a tenant's namespace, so the duplicate names the same tenant.
+        (
+            "duplicate_id_different_text",
+            _tool("good-1", tenant_id="lab-a", description="Completely different text."),
+            "duplicate_id",
+        ),
         ("duplicate_id_same_text", _tool("good-2", name="Minimal", description="Sorts alignments."), "duplicate_id"),
         # Text.
         ("empty_text", _tool("empty-1", description=""), "empty_text"),

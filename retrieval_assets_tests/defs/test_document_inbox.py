@@ -84,7 +84,7 @@ def test_posted_documents_are_built_evaluated_promoted_and_archived(served, tmp_
         _upsert("posted-1", NEW_TEXT),
         _upsert(changed["_id"], "Zebrafish heart regeneration after cryoinjury needs epicardial signalling."),
         InboxEntry.new(InboxOperation.DELETE, deleted["_id"], "default"),
-        _upsert(corpus[0]["_id"], "An id the default tenant holds.", tenant="acme"),
+        _upsert(corpus[0]["_id"], "Quokka burrows: acme's own document under the default tenant's id.", tenant="acme"),
     ]
     inbox = catalog.inbox()
     inbox.append(entries)
@@ -106,20 +106,22 @@ def test_posted_documents_are_built_evaluated_promoted_and_archived(served, tmp_
         "posted-1": (InboxOutcome.INDEXED, None, promoted.id),
         changed["_id"]: (InboxOutcome.INDEXED, None, promoted.id),
         deleted["_id"]: (InboxOutcome.DELETED, None, promoted.id),
-        corpus[0]["_id"]: (InboxOutcome.REJECTED, "duplicate_id", promoted.id),
+        corpus[0]["_id"]: (InboxOutcome.INDEXED, None, promoted.id),  # acme's own, in acme's namespace
     }
     statuses = {e.doc_id: document_status(e, promoted).status for e in inbox.archived()}
     assert statuses == {
         "posted-1": "indexed",
         changed["_id"]: "indexed",
         deleted["_id"]: "deleted",
-        corpus[0]["_id"]: "rejected",
+        corpus[0]["_id"]: "indexed",
     }
 
     assert _found(resources, "axolotl limb regeneration positional memory")[0] == "posted-1"
     assert _found(resources, "zebrafish heart cryoinjury epicardial")[0] == changed["_id"]
     assert deleted["_id"] not in _found(resources, deleted["title"] or deleted["text"][:200])
-    assert _found(resources, "axolotl limb regeneration", tenant="acme") == []
+    assert _found(resources, "axolotl limb regeneration", tenant="acme") == [corpus[0]["_id"]]  # acme's only one
+    assert _found(resources, "quokka burrows", tenant="acme") == [corpus[0]["_id"]]
+    assert "Quokka" not in resources["search"].service.fetch_document(corpus[0]["_id"], "default").payload["text"]
 
     # The next build replays the archive: the posted document stays, nothing is taken twice.
     rebuilt = build_index(resources, instance)

@@ -17,7 +17,7 @@ from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.embed.vectors import dense_values
 from retrieval_assets.core.index.build import backend_chunk_ids
 from retrieval_assets.core.index.layout import IndexLayout
-from retrieval_assets.core.models import SparseVector
+from retrieval_assets.core.models import Chunk, SparseVector
 from retrieval_assets.core.retrieval.service import open_retriever
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.defs.resources import ModelResource
@@ -125,10 +125,11 @@ def test_rerun_encodes_only_new_or_changed_text(tmp_path: Path, encoders) -> Non
     assert len(sparse.texts) == 2 and changed[0]["description"] in encoded and added["description"] in encoded
     # The vocabulary encoded only the terms it had not seen: the few new words of those two texts.
     assert len(dense.texts) - 2 == third.encoded["vocabulary"] < 20
-    expected = {f"{tool['id']}#0" for tool in [*changed, added]}
+    # Chunk ids name the document's tenant (``Chunk.make_id``).
+    expected = {Chunk.make_id(tool["id"], 0, tenant_id=tool.get("tenant_id", "default")) for tool in [*changed, added]}
     for backend, ids in backend_chunk_ids(third_version).items():
         assert ids == expected, backend
-        assert f"{removed}#0" not in ids and f"{edited}#0" in ids
+        assert f"default/{removed}#0" not in ids and f"default/{edited}#0" in ids
 
 
 def test_cache_is_keyed_by_encoder_fingerprint(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def test_real_query_finds_the_expected_document(built, tiny_beir: Path) -> None:
     result = search.search(query["text"], top_k=3)
     assert expected & {hit.doc_id for hit in result.hits}
     top = result.hits[0]
-    assert top.chunk_id.startswith(f"{top.doc_id}#")
+    assert top.chunk_id.startswith(f"{top.tenant_id}/{top.doc_id}#")  # chunk ids name the tenant
     assert set(top.strategy_scores) <= {"bm25", "splade", "dense"} and top.strategy_scores
     assert result.strategies == list(RetrievalSettings().strategies)
     assert result.fusion == RetrievalSettings().fusion.method

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from retrieval_assets.serving.admission import AdmissionLimits, SearchAdmission
+from retrieval_assets.serving.admission import Admission, AdmissionLimits
+from retrieval_assets.serving.app import WRITE_LIMITS, is_document_write, is_search
 
 LIMIT = 1_000
 
@@ -36,8 +37,8 @@ class _App:
 class _Client:
     """One request: its body in ``chunks``; ``hang_up`` makes its next receive a disconnect."""
 
-    def __init__(self, gate: SearchAdmission, *chunks: bytes, path: str = "/search") -> None:
-        self.scope = {"type": "http", "method": "POST", "path": path, "headers": []}
+    def __init__(self, gate: Admission, *chunks: bytes, path: str = "/search", method: str = "POST") -> None:
+        self.scope = {"type": "http", "method": method, "path": path, "headers": []}
         self.messages = [
             {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1} for i, chunk in enumerate(chunks)
         ]
@@ -68,11 +69,18 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-def _gate(app: _App, concurrency: int, queue_depth: int, states: list[tuple[int, int]], rejections: list[int]):
-    return SearchAdmission(
+def _gate(
+    app: _App,
+    concurrency: int,
+    queue_depth: int,
+    states: list[tuple[int, int]],
+    rejections: list[int],
+    applies: Any = is_search,
+):
+    return Admission(
         app,
         limits=AdmissionLimits(concurrency, queue_depth),
-        paths=frozenset({"/search"}),
+        applies=applies,
         max_body_bytes=LIMIT,
         on_change=lambda running, waiting: states.append((running, waiting)),
         on_reject=lambda: rejections.append(1),
@@ -143,3 +151,28 @@ def test_by_default_one_search_runs_per_core_the_process_may_use(monkeypatch: py
 
     monkeypatch.setattr(device.os, "sched_getaffinity", lambda _pid: {0, 2, 5})
     assert default_limits() == AdmissionLimits(concurrency=3, queue_depth=64)
+
+
+def test_document_writes_queue_on_their_own_and_reads_pass() -> None:
+    """Posts and deletes take the write slots (one running, a few waiting, then 503 at once);
+    reading a document's status and searching never wait behind them."""
+
+    async def scenario() -> None:
+        app, states, rejections = _App(), [], []
+        limits = WRITE_LIMITS
+        gate = _gate(app, limits.concurrency, limits.queue_depth, states, rejections, applies=is_document_write)
+        writes = [_Client(gate, b"[]", path="/documents") for _ in range(limits.concurrency)]
+        writes += [_Client(gate, b"", path="/documents/x", method="DELETE") for _ in range(limits.queue_depth)]
+        await _settle()
+        assert (gate.running, len(gate.waiting)) == (limits.concurrency, limits.queue_depth)
+        refused = _Client(gate, b"[]", path="/documents")
+        await refused.task
+        assert refused.status == 503 and refused.header(b"retry-after") == b"1" and rejections == [1]
+        reads = [_Client(gate, b"", path="/documents/x", method="GET"), _Client(gate, b"{}", path="/search")]
+        await _settle()
+        assert len(app.bodies) == limits.concurrency + len(reads)  # the reads ran beside the write
+        app.release.set()
+        await asyncio.gather(*(client.task for client in writes + reads))
+        assert {client.status for client in writes + reads} == {200} and states[-1] == (0, 0)
+
+    asyncio.run(scenario())

@@ -36,7 +36,14 @@ def test_a_token_authenticates_its_key_and_nothing_else_does() -> None:
     assert token.startswith("ra.app-alpha.") and len(token.rsplit(".", 1)[1]) >= 43  # 256 random bits
     secret = token.rsplit(".", 1)[1]
     forged = [
-        None, "", token + "x", token[:-1], f"ra.app-beta.{secret}", f"xx.app-alpha.{secret}", "ra.app-alpha.", secret
+        None,
+        "",
+        token + "x",
+        token[:-1],
+        f"ra.app-beta.{secret}",
+        f"xx.app-alpha.{secret}",
+        "ra.app-alpha.",
+        secret,
     ]
     answers = {(e.status, e.detail) for e in (_refused(keys, bad) for bad in forged)}
     # One answer for every failure: a caller learns nothing about which key ids exist.
@@ -85,7 +92,8 @@ def test_scopes_and_tenants_bound_what_a_key_may_do() -> None:
             "keys.0.id",
         ),
         (
-            '{"keys": [{"id": "a", "token": "x", "sha256": "' + "0" * 64
+            '{"keys": [{"id": "a", "token": "x", "sha256": "'
+            + "0" * 64
             + '", "tenants": ["t"], "scopes": ["search"]}]}',
             "token",
         ),

@@ -15,6 +15,7 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
+from retrieval_assets.bench.document_writes import measure_document_writes
 from retrieval_assets.bench.loadtest import run_load_test
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.ingest.inbox import INBOX_DIR
@@ -147,6 +148,24 @@ def test_what_python_parses_but_nothing_can_store_is_422(
     assert response.json().get("reason") == reason
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "latin-1"])
+def test_a_body_that_is_not_utf8_is_422_on_every_route(client: TestClient, encoding: str) -> None:
+    # json.loads takes UTF-16 and UTF-32 bytes: without the check this search would be answered.
+    for path, body in (("/search", {"query": "bwa é"}), ("/documents", {"id": "é", "name": "é", "description": "é"})):
+        response = client.post(path, content=json.dumps(body, ensure_ascii=False).encode(encoding))
+        assert response.status_code == 422, (path, response.text)
+        assert response.json()["reason"] == "invalid_utf8" and "not UTF-8" in response.json()["detail"]
+
+
+def test_headers_past_their_bounds_are_431(client: TestClient) -> None:
+    many = {f"x-filler-{n}": "1" for n in range(100)}
+    large = {"x-filler": "x" * 17_000}
+    for headers in (many, large):
+        response = client.post("/search", json={"query": "bwa"}, headers=headers)
+        assert response.status_code == 431 and "at most 100 fields" in response.json()["detail"], response.text
+    assert client.post("/search", json={"query": "bwa"}, headers={"x-filler": "x" * 8_000}).status_code == 200
+
+
 def test_oversized_bodies_are_413(client: TestClient) -> None:
     big_search = {"query": "bwa", "context_metadata": {"note": "x" * 70_000}}
     assert client.post("/search", json=big_search).status_code == 413
@@ -178,7 +197,8 @@ def test_the_document_says_what_the_server_does(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     stream = spec["paths"]["/search/stream"]["get"]
     assert {code: set(r.get("content", {})) for code, r in stream["responses"].items() if code != "200"} == {
-        "409": {"application/json"}, "422": {"application/json"}, "503": {"application/json"}
+        "409": {"application/json"}, "422": {"application/json"}, "431": {"application/json"},
+        "503": {"application/json"},
     }  # fmt: skip
     assert {p["name"] for p in stream["parameters"] if "content" in p} == {"filters", "context_metadata"}
     filters = spec["components"]["schemas"]["SearchBody"]["properties"]["filters"]["anyOf"][0]
@@ -188,6 +208,8 @@ def test_the_document_says_what_the_server_does(client: TestClient) -> None:
     assert "filter_fields" in filters["description"]
     assert "413" in spec["paths"]["/search"]["post"]["responses"] and "413" not in stream["responses"]
     assert "422" not in spec["paths"]["/health"]["get"]["responses"]  # nothing there to validate
+    writes = [spec["paths"]["/documents"]["post"], spec["paths"]["/documents/{doc_id}"]["delete"]]
+    assert all("Retry-After" in operation["responses"]["503"]["headers"] for operation in writes)
 
 
 def test_405_lists_the_allowed_methods_and_undecodable_bodies_are_422(client: TestClient) -> None:
@@ -200,7 +222,7 @@ def test_405_lists_the_allowed_methods_and_undecodable_bodies_are_422(client: Te
     allowed = ", ".join(sorted(m.upper() for m in documented))
     assert client.request("TRACE", "/documents/bwa").headers["allow"] == allowed
     response = client.post("/search", content=b'{"query": "caf\xe9"}', headers={"content-type": "application/json"})
-    assert response.status_code == 422 and response.json()["errors"][0]["type"] == "json_invalid", response.text
+    assert response.status_code == 422 and response.json()["reason"] == "invalid_utf8", response.text
 
 
 def test_stream_rejects_bad_input_before_streaming(client: TestClient) -> None:
@@ -299,6 +321,20 @@ def test_loadtest_reports_each_level(live_url: str) -> None:
         assert level["server_cpu_ms_per_request"] > 0 and level["client_cpu_ms_per_request"] > 0
         assert 0 < level["server_encoder_cpu_ms_per_request"] < level["server_cpu_ms_per_request"]
     json.dumps(figures)  # one JSON line is what the command prints
+
+
+def test_bench_document_writes_reports_the_servers_cpu_per_record(live_url: str, client: TestClient) -> None:
+    inbox = client.app.state.inbox
+    before = len(inbox.pending())
+    records = [{"id": "x", "name": f"Tool {n}", "description": f"Aligns reads, variant {n}."} for n in range(25)]
+    figures = measure_document_writes(live_url, records, repeat=2, tenant="beta", headers={})
+    assert figures["records_per_post"] == 25 and len(figures["posts"]) == 2
+    assert all(post["server_cpu_s"] > 0 and post["wall_s"] > 0 for post in figures["posts"])
+    assert figures["server_cpu_ms_per_record"] > 0
+    queued = inbox.pending()[before:]
+    assert len(queued) == 50 and {entry.tenant_id for entry in queued} == {"beta"}
+    assert len({entry.doc_id for entry in queued}) == 50  # each post's ids are fresh
+    json.dumps(figures)
 
 
 def test_metrics_report_requests_stages_and_retrieval_signals(client: TestClient) -> None:

@@ -44,6 +44,7 @@ from retrieval_assets.serving.routes import documents as document_routes
 from retrieval_assets.serving.routes import operations as operation_routes
 from retrieval_assets.serving.routes import search as search_routes
 from retrieval_assets_tests.core.retrieval.tenant_indexes import (
+    GAMMA_VENUE,
     TENANTS,
     TenantBuild,
     posted_entries,
@@ -67,11 +68,27 @@ _ISSUED[SLOW] = new_key(SLOW, ["alpha"], ["search"], requests_per_minute=2)
 TOKENS = {key_id: token for key_id, (token, _) in _ISSUED.items()}
 KEYS = ApiKeys([key for _, key in _ISSUED.values()])
 PRODUCT_MODULES = (
-    http_app, schemas, errors, openapi, search_routes, document_routes, operation_routes,
-    auth, retriever, control_tags, nl_filters, filters, stores_base, service,
+    http_app,
+    schemas,
+    errors,
+    openapi,
+    search_routes,
+    document_routes,
+    operation_routes,
+    auth,
+    retriever,
+    control_tags,
+    nl_filters,
+    filters,
+    stores_base,
+    service,
 )
 SCOPE_OF_ROUTE = {
-    "search": "search", "stream": "search", "get": "search", "delete": "documents:write", "post": "documents:write"
+    "search": "search",
+    "stream": "search",
+    "get": "search",
+    "delete": "documents:write",
+    "post": "documents:write",
 }
 
 
@@ -274,6 +291,8 @@ def _check_result(key_id: str, result: dict[str, Any], where: str) -> None:
     assert not foreign_ids, f"{where}: diagnostics or graph paths name other tenants' documents {foreign_ids}"
     foreign = sorted(_expansion_terms(diagnostics) - FORBIDDEN[key_id].held_terms)
     assert not foreign, f"{where}: expansion terms no document of {sorted(grant)} holds: {foreign}"
+    venues = {value for flt in diagnostics.get("filters", []) if flt["field"] == "venue" for value in flt["any_of"]}
+    assert "gamma" in grant or not venues, f"{where}: matched venues only gamma's documents hold: {venues}"
 
 
 def _expansion_terms(diagnostics: dict[str, Any]) -> set[str]:
@@ -289,8 +308,22 @@ ALL_IDS = sorted({d.doc_id for d in DOCUMENTS})
 ALL_TITLES = sorted({d.title for d in DOCUMENTS})
 ALL_TERMS = sorted({term for d in DOCUMENTS for term in _terms(d)})
 INJECTIONS = [
-    "tenant_id:beta", "tenant_id:*", '{"tenant_id": "gamma"}', "+tenant_id:alpha OR *", "by Smith since 2019",
-    "before 2015", "[NO_RERANK]", "[REFINE]", "[EXCLUDE:bwa|beta-bwa]", "*", "AND", "NOT", '"', ")", "\\",
+    "tenant_id:beta",
+    "tenant_id:*",
+    '{"tenant_id": "gamma"}',
+    "+tenant_id:alpha OR *",
+    "by Smith since 2019",
+    "before 2015",
+    f"in {GAMMA_VENUE.upper()}",
+    "[NO_RERANK]",
+    "[REFINE]",
+    "[EXCLUDE:bwa|beta-bwa]",
+    "*",
+    "AND",
+    "NOT",
+    '"',
+    ")",
+    "\\",
 ]
 MALFORMED_TAGS = ["[EXCLUDE:", "[NO-RERANK]", "[EXCLUDE:gamma-bwa", "[REFINE"]
 # How a request is malformed: "schema" ones are refused (422) before the grant is checked, "late"
@@ -431,7 +464,10 @@ def test_no_answer_names_what_only_other_tenants_hold(
     draw = data.draw
     key_id = draw(st.sampled_from(sorted(GRANTS)))
     tenants, scopes = GRANTS[key_id]
-    route = draw(st.sampled_from(["search"] * 3 + ["stream"] * 3 + ["get"] * 2 + ["delete", "post"]))
+    route = draw(st.sampled_from(["search"] * 3 + ["stream"] * 3 + ["get"] * 2 + ["delete", "post", "health"]))
+    if route == "health":
+        _check_health(client, draw(st.sampled_from([key_id, None])))
+        return
     tenant = draw(st.sampled_from([None] * 4 + [*TENANTS, "no-such-tenant"]))
     call = (_search_call if route in ("search", "stream") else _document_call)(draw, route, tenant)
     auth = draw(st.sampled_from(["key"] * 18 + ["none", "bogus"]))
@@ -475,6 +511,23 @@ def test_no_answer_names_what_only_other_tenants_hold(
         assert {r["tenant_id"] for r in response.json()["receipts"]} <= set(tenants), f"{where}: {response.text}"
     leaks = _leaks(key_id, text, call.sent(), product_words)
     assert not leaks, f"{where}: {status} names {leaks}"
+
+
+def _check_health(client: TestClient, key_id: str | None) -> dict[str, Any]:
+    """``GET /health`` tells no caller anything of tenants outside its grant: without a key only
+    whether the service is up and which version serves; chunk counts (every tenant's) only to
+    the admin scope; filter fields of the grant's tenants."""
+    response = client.get("/health", headers=_auth(key_id))
+    health = response.json()
+    assert response.status_code == 200, response.text
+    if key_id is None:
+        assert set(health) == {"status", "version"}, health
+        return health
+    tenants, scopes = GRANTS[key_id]
+    counts = {name: backend.get("count") for name, backend in health["backends"].items()}
+    assert all(counts.values()) if "admin" in scopes else not any(counts.values()), (key_id, counts)
+    assert set(health["filter_fields"]) == set(client.app.state.service.filter_fields(tenants)), key_id
+    return health
 
 
 # -- each channel on its own ------------------------------------------------------------------------
@@ -550,17 +603,23 @@ def test_another_tenants_id_is_not_more_like_this(client: TestClient, product_wo
 
 
 @pytest.mark.parametrize(
-    ("key_id", "query"),
-    [("gamma-admin", "sequence alignment"), ("gamma-admin", "image segmentation"), ("beta-app", "quality control")],
+    ("key_id", "query", "foreign_unscoped"),
+    [
+        ("gamma-admin", "sequence alignment", True),
+        ("gamma-admin", "image segmentation", False),
+        ("beta-app", "quality control", False),
+    ],
 )
 def test_expansion_adds_only_terms_the_grant_holds(
-    client: TestClient, product_words: frozenset[str], key_id: str, query: str
+    client: TestClient, product_words: frozenset[str], key_id: str, query: str, foreign_unscoped: bool
 ) -> None:
     options = {"expand": True, "multi_query": True, "rerank": False}
     unscoped = client.app.state.service.run(SearchRequest(query=query, **options))
     scoped = _search(client, key_id, query=query, **options)
     held = FORBIDDEN[key_id].held_terms
-    assert _expansion_terms(unscoped.diagnostics) - held  # unscoped, with terms no document of the grant holds
+    # Unscoped, with terms no document of the grant holds, where another tenant's documents hold
+    # such a neighbour often enough to enter the vocabulary for that tenant.
+    assert bool(_expansion_terms(unscoped.diagnostics) - held) == foreign_unscoped
     assert _expansion_terms(scoped["diagnostics"]) and _expansion_terms(scoped["diagnostics"]) <= held
     reformulations = scoped["diagnostics"]["multi_query"]["reformulations"]
     assert {r["label"] for r in reformulations} == {"prf", "expansion"}
@@ -631,6 +690,27 @@ def test_no_key_or_an_unknown_one_is_401(client: TestClient) -> None:
     assert 'retrieval_http_requests_total{method="DELETE",route="/documents/{doc_id:path}",status="401"} 3.0' in metrics
 
 
+def test_a_venue_only_another_tenant_holds_stays_text(client: TestClient) -> None:
+    """Natural-language filters match venues of the caller's tenants only: to alpha, "in
+    <gamma's venue>" is words of the query, and the venue's spelling is never printed."""
+    query = f"medical image viewer in {GAMMA_VENUE.upper()}"
+    alpha = _search(client, "alpha-search", query=query, rerank=False)
+    assert alpha["diagnostics"]["filters"] == [{"field": "tenant_id", "any_of": ["alpha"]}]
+    assert alpha["diagnostics"]["query"] == query and GAMMA_VENUE not in json.dumps(alpha)
+    gamma = _search(client, "gamma-admin", query=query, rerank=False)
+    assert {"field": "venue", "any_of": [GAMMA_VENUE]} in gamma["diagnostics"]["filters"]
+    assert gamma["hits"] and gamma["diagnostics"]["query"] == "medical image viewer"
+
+
+def test_health_tells_each_caller_only_what_its_key_may_know(client: TestClient) -> None:
+    public = _check_health(client, None)
+    assert public["status"] == "ok" and public["version"]
+    alpha = _check_health(client, "alpha-search")
+    assert alpha["version"] == public["version"] and alpha["backends"]["tantivy"]["ready"]
+    admin = _check_health(client, "gamma-admin")
+    assert admin["backends"]["tantivy"]["count"] > 0
+
+
 def test_posted_documents_and_deletes_name_their_sender(client: TestClient, home: Path) -> None:
     inbox = DocumentInbox.under(home)
     record = {"id": "sent-by-beta", "name": "Sent", "description": "Aligns reads to a genome."}
@@ -661,7 +741,7 @@ def test_field_names_only_other_tenants_hold_are_not_shown(client: TestClient) -
     alpha = client.get("/health", headers=_auth("alpha-search")).json()["filter_fields"]
     gamma = client.get("/health", headers=_auth("gamma-admin")).json()["filter_fields"]
     assert gamma["formats"] == "keyword" and "formats" not in alpha and {"doc_id", "tenant_id"} <= set(alpha)
-    assert client.get("/health").json()["filter_fields"] == {}  # open, so it names no field of any tenant
+    assert "filter_fields" not in client.get("/health").json()  # open, so it names no field of any tenant
     unknown = client.post("/search", json={"query": "viewer", "filters": {"nosuch": 1}}, headers=_auth("alpha-search"))
     assert unknown.status_code == 409 and "formats" not in unknown.text and "'nosuch'" in unknown.text
     # The field alpha has no value in is as unknown to alpha as one no tenant has.

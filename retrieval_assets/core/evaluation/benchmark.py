@@ -6,7 +6,7 @@ builds an index.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,17 +35,21 @@ CONFIGURATIONS: dict[str, dict[str, Any]] = {
 DEFAULT_CONFIGURATION = "hybrid"
 
 
-
 def evaluate_configurations(
     retriever: HybridRetriever,
     gold: GoldSet,
     configurations: Mapping[str, Mapping[str, Any]] = CONFIGURATIONS,
     progress: ProgressFactory = lambda _: None,
+    tenants: Sequence[str] | None = None,
 ) -> dict[str, EvaluationReport]:
+    """Each configuration's report on ``gold``. With ``tenants`` (the gold's scope,
+    ``scope.gold_scope``), every query is searched among those tenants' documents only, as a caller
+    granted them would search: what other tenants hold cannot enter the result lists."""
+    scope: dict[str, Any] = {"tenants": list(tenants)} if tenants is not None else {}
     reports = {}
     for name, options in configurations.items():
         def search(query: str, options: Mapping[str, Any] = options) -> list[str]:
-            return [hit.doc_id for hit in retriever.search(query, top_k=EVAL_DEPTH, **options).hits]
+            return [hit.doc_id for hit in retriever.search(query, top_k=EVAL_DEPTH, **scope, **options).hits]
 
         reports[name] = evaluate(search, gold.queries, gold.qrels, progress=progress(f"eval {name}"))
     return reports

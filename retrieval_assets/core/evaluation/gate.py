@@ -76,11 +76,15 @@ def decide(
     candidate_queries: Mapping[str, Mapping[str, float]] | None = None,
     promoted_queries: Mapping[str, Mapping[str, float]] | None = None,
     best_ever: Mapping[str, float] | None = None,
+    gold: str | None = None,
 ) -> GateDecision:
     """``candidate`` and ``promoted`` are evaluation summaries of the configuration each serves;
     ``candidate`` is None when there are no gold queries, ``promoted`` when nothing serves yet.
     ``*_queries`` are per-query scores (query id -> metric -> value) for the paired test, and
-    ``best_ever`` the best value of each metric any promoted version reached on these gold queries."""
+    ``best_ever`` the best value of each metric any promoted version reached on these gold queries.
+    ``gold`` names the gold set and its tenant scope ("gold of tenant acme"): each quality reason
+    starts with it, so a refusal says whose figures fell."""
+    quality = f"{gold}: " if gold else ""
     if candidate is None:
         missing: list[str] = (
             [] if settings.promote_without_gold else ["no gold queries to evaluate the candidate with"]
@@ -97,11 +101,13 @@ def decide(
             "candidate": value, "promoted": before, "best_ever": best, "floor": floor, "allowed_drop": drop
         }
         if value < floor:
-            reasons.append(f"{metric} {value:.4f} is below the floor {floor:.4f}")
+            reasons.append(f"{quality}{metric} {value:.4f} is below the floor {floor:.4f}")
         if before is not None and value < before - drop:
-            reasons.append(f"{metric} {value:.4f} fell more than {drop:.4f} below the promoted {before:.4f}")
+            reasons.append(f"{quality}{metric} {value:.4f} fell more than {drop:.4f} below the promoted {before:.4f}")
         if best is not None and value < best - drop:
-            reasons.append(f"{metric} {value:.4f} fell more than {drop:.4f} below the best promoted ever {best:.4f}")
+            reasons.append(
+                f"{quality}{metric} {value:.4f} fell more than {drop:.4f} below the best promoted ever {best:.4f}"
+            )
         if candidate_queries and promoted_queries:
             difference = paired_difference(scores_of(candidate_queries, metric), scores_of(promoted_queries, metric))
             paired[metric] = difference
@@ -110,7 +116,8 @@ def decide(
             }
             if is_significant_drop(difference, settings.significance):
                 reasons.append(
-                    f"{metric} dropped significantly against the promoted version: mean {difference.mean:+.4f} over "
+                    f"{quality}{metric} dropped significantly against the promoted version: "
+                    f"mean {difference.mean:+.4f} over "
                     f"{difference.queries} queries ({difference.losses} worse, {difference.wins} better), "
                     f"p = {difference.p_value:.4f} < {settings.significance}"
                 )

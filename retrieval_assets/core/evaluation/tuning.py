@@ -244,8 +244,12 @@ class ConfigurationLearner:
         gold: GoldSet,
         settings: TuningSettings | None = None,
         progress: Progress = lambda _: None,
+        tenants: Sequence[str] | None = None,
     ) -> None:
+        """``tenants``: the gold's scope (``scope.gold_scope``); every query is searched among those
+        tenants' documents only, so other tenants' documents cannot sway what is learned."""
         self.settings = settings or TuningSettings()
+        self._tenants = list(tenants) if tenants is not None else None
         self.base = retriever.settings
         self.default = RetrievalConfiguration.of(self.base)
         self._retriever = retriever
@@ -268,7 +272,9 @@ class ConfigurationLearner:
         depth = max([*self.settings.depths, self.default.candidates_per_strategy, EVAL_DEPTH])
         strategies = [Strategy(s) for s in self._strategies()]
         for done, qid in enumerate(self._qids, start=1):
-            request = SearchRequest(query=self._gold.queries[qid], top_k=depth, strategies=strategies)
+            request = SearchRequest(
+                query=self._gold.queries[qid], top_k=depth, strategies=strategies, tenants=self._tenants
+            )
             self._captured[qid] = _Captured(*self._retriever.strategy_hits(request))
             if done % max(len(self._qids) // 4, 1) == 0:
                 self._progress(f"captured strategy hits of {done}/{len(self._qids)} queries")
@@ -289,7 +295,8 @@ class ConfigurationLearner:
         for qid in qids:
             if (key, qid) not in self._answered:
                 started = time.perf_counter()
-                run[qid] = [hit.doc_id for hit in view.search(self._gold.queries[qid], top_k=EVAL_DEPTH).hits]
+                hits = view.search(self._gold.queries[qid], top_k=EVAL_DEPTH, tenants=self._tenants).hits
+                run[qid] = [hit.doc_id for hit in hits]
                 latency[qid] = (time.perf_counter() - started) * 1000
         if run:  # scored in one pass, not one evaluator per query
             for qid, metrics in score_run(run, self._gold.qrels).items():

@@ -238,13 +238,19 @@ def write_lexical_index(
     fault_point("tantivy_index")
     store.finalize()
     facets = keyword_facets(payloads, field_types)
-    write_build_manifest(path, count=store.count(), facets=facets, field_kinds=kinds, **facts)
+    by_tenant: dict[str, list[Payload]] = {}
+    for payload in payloads:
+        by_tenant.setdefault(payload["tenant_id"], []).append(payload)
+    # A scoped query is parsed against its tenants' values only ("in BetaVenue" is text to alpha).
+    tenant_facets = {tenant: keyword_facets(own, field_types) for tenant, own in sorted(by_tenant.items())}
+    write_build_manifest(
+        path, count=store.count(), facets=facets, tenant_facets=tenant_facets, field_kinds=kinds, **facts
+    )
     return store
 
 
 class IndexConsistencyError(RuntimeError):
     """The backends of a version do not hold exactly the chunks it was built from."""
-
 
 
 def sealed_chunk_ids(version: IndexVersion) -> set[str] | None:
@@ -344,5 +350,3 @@ def publish_graph(graph: GraphBuild, tenant_of: Mapping[str, str], path: Path) -
         save_edges(graph.edges, path)
         fault_point("graph")
     return violations
-
-

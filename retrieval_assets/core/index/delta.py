@@ -129,6 +129,16 @@ def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | N
     )
 
 
+def has_unqualified_chunk_ids(base: IndexVersion) -> bool:
+    """Whether ``base`` was built before chunk ids named their tenant: its chunk ids are
+    ``{doc_id}#{n}`` (``chunk_document`` gives the bare id), where a build now writes
+    ``{tenant}/{doc_id}#{n}``. Such a version still serves as it is; a delta from it would
+    replace every chunk."""
+    table = pd.read_parquet(base.layout.chunks, columns=["chunk_id", "doc_id"])
+    heads = table["chunk_id"].astype(object).str.rpartition("#")[0]
+    return bool((heads == table["doc_id"].astype(object)).any())
+
+
 def decide_build(
     chunks: pd.DataFrame,
     settings_fingerprint: str,
@@ -159,6 +169,11 @@ def decide_build(
         return BuildDecision(f"the promoted version {base.id} predates per-tenant term counts")
     if manifest["settings_fingerprint"] != settings_fingerprint:
         return BuildDecision(f"models or index settings changed since {base.id}")
+    if has_unqualified_chunk_ids(base):
+        return BuildDecision(
+            f"the promoted version {base.id} predates chunk ids qualified by tenant ({{doc_id}}#{{n}}): "
+            "every chunk id changes, so the candidate is built in full"
+        )
     plan = plan_delta(chunks, base, table)
     changed = len(plan.upserted) + len(plan.deleted)
     if plan.changed_fraction > max_changed_fraction:

@@ -25,16 +25,17 @@ a string or a list of strings. Targets match document ids exactly.
 Tenants
 -------
 An edge carries its source document's tenant, and tenants never share a node: a domain node
-exists once per tenant, and tool ids are unique across tenants (cleaning already guarantees
-it; ``ToolGraph.from_edges`` refuses a table that breaks it). Walking the graph at query time
-is ``core.retrieval.graph_expansion``.
+exists once per tenant, and a tool is a document id within its tenant's namespace (two tenants
+may hold the same id: they are two tools, each in its own tenant's graph). A relation names a
+tool of its own tenant; one that only another tenant holds is ``cross_tenant``. Walking the
+graph at query time is ``core.retrieval.graph_expansion``.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -44,7 +45,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from retrieval_assets.core.io.tables import write_parquet
-from retrieval_assets.core.models import Document, MetadataValue
+from retrieval_assets.core.models import Document, MetadataValue, document_key
 
 EDGE_COLUMNS = ["source", "target", "relation", "tenant_id"]
 _EDGE_DTYPES = dict.fromkeys(EDGE_COLUMNS, "string")
@@ -96,7 +97,7 @@ def _values(value: MetadataValue) -> list[str] | None:
 
 
 def _relation_drop(
-    doc_id: str, tenant_id: str, relation: str, target: str, tenant_of: Mapping[str, str]
+    doc_id: str, tenant_id: str, relation: str, target: str, tenant_of: Mapping[str, str], held: Collection[str]
 ) -> DropReason | None:
     if not relation or relation == IN_DOMAIN:
         return DropReason.RESERVED_RELATION
@@ -104,10 +105,14 @@ def _relation_drop(
         return DropReason.BLANK_TARGET
     if target == doc_id:
         return DropReason.SELF_LOOP
-    owner = tenant_of.get(target)
-    if owner is None:
-        return DropReason.UNKNOWN_TARGET
-    return DropReason.CROSS_TENANT if owner != tenant_id else None
+    if document_key(tenant_id, target) in tenant_of:
+        return None
+    return DropReason.CROSS_TENANT if target in held else DropReason.UNKNOWN_TARGET
+
+
+def held_ids(tenant_of: Mapping[str, str]) -> set[str]:
+    """Every document id of a ``document_tenants`` map, whatever its tenant."""
+    return {key.partition("/")[2] for key in tenant_of}
 
 
 def _candidate_edges(
@@ -117,6 +122,7 @@ def _candidate_edges(
     domain_fields: Sequence[str],
     relation_prefix: str,
     tenant_of: Mapping[str, str],
+    held: Collection[str],
 ) -> Iterator[tuple[tuple[str, str, str, str] | None, DropReason | None]]:
     """Each edge a document asks for, as (edge, None) or (None, why it is dropped)."""
     for key, value in sorted(metadata.items()):
@@ -128,7 +134,7 @@ def _candidate_edges(
             yield None, DropReason.INVALID_VALUE
             continue
         for target in (t.strip() for t in targets):
-            reason = _relation_drop(doc_id, tenant_id, relation, target, tenant_of)
+            reason = _relation_drop(doc_id, tenant_id, relation, target, tenant_of, held)
             yield (None, reason) if reason else ((doc_id, target, relation, tenant_id), None)
     for field_name in domain_fields:
         if field_name not in metadata:
@@ -157,8 +163,10 @@ def _collect(
 ) -> GraphBuild:
     kept: set[tuple[str, str, str, str]] = set()
     dropped: Counter[str] = Counter()
+    held = held_ids(tenant_of)
     for doc_id, tenant_id, metadata in nodes:
-        for edge, reason in _candidate_edges(doc_id, tenant_id, metadata, domain_fields, relation_prefix, tenant_of):
+        edges = _candidate_edges(doc_id, tenant_id, metadata, domain_fields, relation_prefix, tenant_of, held)
+        for edge, reason in edges:
             if edge is not None and edge in kept:
                 reason = DropReason.DUPLICATE
             if reason is not None:
@@ -209,13 +217,18 @@ def collect_frame_graph(
 
 
 def document_tenants(documents: Iterable[Document]) -> dict[str, str]:
-    """Each document id's tenant: what an edge's ends are checked against."""
-    return {doc.doc_id: doc.tenant_id for doc in documents}
+    """Each document's tenant by its ``document_key`` (ids live in a tenant's namespace): what an
+    edge's ends are checked against."""
+    return {document_key(doc.tenant_id, doc.doc_id): doc.tenant_id for doc in documents}
 
 
 def frame_tenants(documents: pd.DataFrame) -> dict[str, str]:
     """``document_tenants`` of a documents frame."""
-    return dict(zip(documents["doc_id"].tolist(), documents["tenant_id"].tolist(), strict=True))
+    tenants = documents["tenant_id"].tolist()
+    return {
+        document_key(tenant, doc_id): tenant
+        for tenant, doc_id in zip(tenants, documents["doc_id"].tolist(), strict=True)
+    }
 
 
 def build_tool_graph(
@@ -245,18 +258,23 @@ def edge_rows(edges: pd.DataFrame) -> Iterator[tuple[str, str, str, str]]:
 
 
 def edge_violations(edges: pd.DataFrame, tenant_of: Mapping[str, str]) -> dict[str, int]:
-    """Edges that break the build's guarantees against the catalog's ``doc_id -> tenant_id``.
+    """Edges that break the build's guarantees against the catalog's documents
+    (``document_tenants``: each document's tenant by its ``document_key``).
 
-    ``unknown_tool``: a tool end that is not in the catalog; ``cross_tenant``: a tool end whose
-    tenant differs from the edge's. Both are zero for a table from ``build_tool_graph``.
+    ``unknown_tool``: a tool end that no tenant's document holds; ``cross_tenant``: a tool end that
+    only other tenants than the edge's hold. Both are zero for a table from ``build_tool_graph``.
     """
     counts = {"unknown_tool": 0, "cross_tenant": 0}
+    held: set[str] | None = None
     for source, target, relation, tenant in edge_rows(edges):
         tools = (source,) if relation == IN_DOMAIN else (source, target)
-        owners = [tenant_of.get(tool) for tool in tools]
-        if None in owners:
+        missing = [tool for tool in tools if document_key(tenant, tool) not in tenant_of]
+        if not missing:
+            continue
+        held = held_ids(tenant_of) if held is None else held
+        if any(tool not in held for tool in missing):
             counts["unknown_tool"] += 1
-        elif any(owner != tenant for owner in owners):
+        else:
             counts["cross_tenant"] += 1
     return counts
 
@@ -288,31 +306,32 @@ def graph_summary(
 ) -> GraphSummary:
     """Node and edge counts by relation, dropped edges by reason and the best-connected tools."""
     by_relation: Counter[str] = Counter()
-    relation_degree: Counter[str] = Counter()
-    domain_degree: Counter[str] = Counter()
-    tenant_of: dict[str, str] = {}
+    # Tools are (tenant, id): two tenants may hold the same id.
+    relation_degree: Counter[tuple[str, str]] = Counter()
+    domain_degree: Counter[tuple[str, str]] = Counter()
+    tools: set[tuple[str, str]] = set()
     domains: set[tuple[str, str]] = set()
     for source, target, relation, tenant in edge_rows(edges):
         by_relation[relation] += 1
-        tenant_of[source] = tenant
+        tools.add((tenant, source))
         if relation == IN_DOMAIN:
-            domain_degree[source] += 1
+            domain_degree[tenant, source] += 1
             domains.add((tenant, target))
         else:
-            relation_degree[source] += 1
-            relation_degree[target] += 1
-            tenant_of[target] = tenant
-    ranked = sorted(tenant_of, key=lambda t: (-relation_degree[t], -domain_degree[t], t))[:top]
+            relation_degree[tenant, source] += 1
+            relation_degree[tenant, target] += 1
+            tools.add((tenant, target))
+    ranked = sorted(tools, key=lambda t: (-relation_degree[t], -domain_degree[t], t[1], t[0]))[:top]
     return GraphSummary(
         documents=documents,
-        tools=len(tenant_of),
+        tools=len(tools),
         domain_nodes=len(domains),
-        tenants=len(set(tenant_of.values())),
+        tenants=len({tenant for tenant, _ in tools}),
         edges=sum(by_relation.values()),
         edges_by_relation=dict(sorted(by_relation.items())),
         dropped_by_reason=dict(dropped or {}),
         top_degree=[
-            ToolDegree(doc_id=t, tenant_id=tenant_of[t], relations=relation_degree[t], domains=domain_degree[t])
+            ToolDegree(doc_id=t[1], tenant_id=t[0], relations=relation_degree[t], domains=domain_degree[t])
             for t in ranked
         ],
     )

@@ -169,11 +169,21 @@ def switch_serving(
     versions.promote(version, reason=reason, **facts)
 
 
-def roll_back(versions: IndexVersions, servers: ServerIndexes | None, to: str | None = None) -> IndexVersion:
-    """Serve ``to``, or the version promoted before the current one, on the servers too."""
+def roll_back(
+    versions: IndexVersions,
+    servers: ServerIndexes | None,
+    to: str | None = None,
+    *,
+    force: bool = False,
+    by: str | None = None,
+    why: str | None = None,
+) -> IndexVersion:
+    """Serve ``to``, or the version promoted before the current one, on the servers too; a
+    version the promotion gate refused only with ``force`` (``IndexVersions.rollback``)."""
     target = versions.rollback_target(to)
+    versions.check_rollback(target, force)  # before the servers move
     if servers is not None:
         # The target was snapshotted when it was first promoted; a rollback must not wait on
         # (or fail with) a new snapshot.
         servers.promote(target.id, snapshot=False)
-    return versions.rollback(target.id)
+    return versions.rollback(target.id, force=force, by=by, why=why)

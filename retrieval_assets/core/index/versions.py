@@ -9,7 +9,8 @@ Layout under ``root``::
     versions/<version>/evaluation.json   the evaluation report and the promotion gate's verdict
     versions/<version>/retrieval_configuration.json   the configuration learned from the gold queries
     promoted.json                        the served version, replaced by an atomic rename
-    history.jsonl                        every promotion, refusal and rollback, appended
+    history.jsonl                        every promotion, refusal and rollback, appended (a rollback to a
+                                         version the gate refused only with force, recorded as forced)
 
 A version's id comes from its build fingerprint (chunks, models, index settings), so a re-run
 of an interrupted build writes the same version again instead of a second copy.
@@ -66,6 +67,10 @@ class VersionError(RuntimeError):
     """A version that does not exist, is not complete, or cannot be rolled back to."""
 
 
+class RefusedVersionError(VersionError):
+    """A rollback to a version the promotion gate refused, asked for without ``force``."""
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -115,6 +120,14 @@ class IndexVersion:
         path = self.path / name
         write_json(report, path)
         return path
+
+    def gate_verdict(self) -> tuple[str, list[str]]:
+        """The promotion gate's verdict on this version ("passed", "refused" or "not evaluated")
+        and its reasons (empty unless refused)."""
+        gate = (self.evaluation() or {}).get("gate")
+        if not gate:
+            return "not evaluated", []
+        return ("passed", []) if gate.get("passed") else ("refused", [str(r) for r in gate.get("reasons") or []])
 
     def served_configuration(self) -> dict[str, Any] | None:
         """The learned configuration this version serves with: only one the promotion gate passed
@@ -202,12 +215,34 @@ class IndexVersions:
             raise VersionError(f"cannot roll back to {target_id}: it was pruned or never completed")
         return target
 
-    def rollback(self, to: str | None = None) -> IndexVersion:
-        """Promote ``rollback_target(to)`` and log the rollback."""
+    @staticmethod
+    def check_rollback(target: IndexVersion, force: bool = False) -> None:
+        """Refuse (``RefusedVersionError``) a rollback to a version the promotion gate refused,
+        unless ``force``: the message names the verdict and its reasons."""
+        verdict, reasons = target.gate_verdict()
+        if verdict == "refused" and not force:
+            raise RefusedVersionError(
+                f"the promotion gate refused {target.id} ({'; '.join(reasons) or 'no reason recorded'}); "
+                "serving it anyway needs force, and is recorded as a forced rollback"
+            )
+
+    def rollback(
+        self, to: str | None = None, *, force: bool = False, by: str | None = None, why: str | None = None
+    ) -> IndexVersion:
+        """Promote ``rollback_target(to)`` and log the rollback. A target the gate refused needs
+        ``force``; such a rollback is recorded as forced, with who asked (``by``) and why."""
         target = self.rollback_target(to)
+        self.check_rollback(target, force)
         current = self.promoted()
-        self.promote(target, reason=f"rollback from {current.id if current else None}")
-        self.log("rolled_back", version=target.id, previous=current.id if current else None)
+        previous = current.id if current else None
+        verdict, reasons = target.gate_verdict()
+        forced: dict[str, Any] = {}
+        if verdict == "refused":
+            # Recorded on the pointer, the promotion and the rollback alike: a refused version serves.
+            forced = {"forced": True, "forced_by": by, "forced_why": why, "gate": verdict, "gate_reasons": reasons}
+        reason = f"{'forced ' if forced else ''}rollback from {previous}"
+        self.promote(target, reason=reason, **forced)
+        self.log("rolled_back", version=target.id, previous=previous, **forced)
         return target
 
     def log(self, event: str, **facts: Any) -> None:
@@ -257,6 +292,7 @@ class IndexVersions:
         """One row per complete version, oldest first: the metrics of the configuration it serves, the
         gate's verdict, the gold that judged it (fingerprint and kind) and whether it serves now."""
         promoted = self.promoted()
+        forced = self.forced_rollbacks()
         rows = []
         for version in self.sealed():
             manifest, report = version.manifest(), version.evaluation() or {}
@@ -276,7 +312,23 @@ class IndexVersions:
                     # The gold that judged it; an evaluation from before gold kinds were recorded had the catalog's own.
                     "gold": report.get("gold"),
                     "gold_kind": report.get("gold_kind") or ("curated" if report.get("gold") else None),
+                    # The tenants the gold was searched among (none recorded: every tenant, before scoping).
+                    "gold_scope": ", ".join(report["gold_scope"]) if report.get("gold_scope") else None,
+                    # A rollback that served the version although the gate refused it: when, who, why.
+                    "forced_rollback": forced.get(version.id),
                     "promoted": promoted is not None and version.id == promoted.id,
                 }
             )
         return rows
+
+    def forced_rollbacks(self) -> dict[str, str]:
+        """Each version the gate refused that a forced rollback served, with the last such rollback
+        in words: when, by whom, why."""
+        forced: dict[str, str] = {}
+        for event in self.history():
+            if event.get("event") == "rolled_back" and event.get("forced"):
+                forced[event["version"]] = (
+                    f"forced at {event.get('at')} by {event.get('forced_by') or '(unknown)'}: "
+                    f"{event.get('forced_why') or '(no reason given)'}"
+                )
+        return forced

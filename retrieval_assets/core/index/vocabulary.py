@@ -18,9 +18,10 @@ from retrieval_assets.core.embed.vectors import dense_values
 from retrieval_assets.core.settings import VocabularySettings
 from retrieval_assets.core.stores.base import Payload
 
-# ``tenants``: the sorted ids of the tenants whose documents hold the term; a search scoped to
-# some tenants expands only with their terms.
-VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "tenants", "embedding"]
+# ``tenants``: the sorted ids of the tenants for whom the term is in the vocabulary, with
+# ``tenant_doc_freq`` (their documents holding it, aligned); a search scoped to some tenants
+# expands only with their terms and weighs feedback terms by their counts.
+VOCABULARY_COLUMNS = ["term", "doc_freq", "sources", "tenants", "tenant_doc_freq", "embedding"]
 # Where a term was seen, in the order a vocabulary row lists them.
 SOURCES = ("description", "keyword", "name")
 # Every term seen, with the number of documents holding it, in all and per source, and per tenant:
@@ -147,9 +148,7 @@ def count_terms(texts: Iterable[TermText]) -> pd.DataFrame:
     return _counts_frame(tallies)
 
 
-def update_term_counts(
-    counts: pd.DataFrame, removed: Iterable[TermText], added: Iterable[TermText]
-) -> pd.DataFrame:
+def update_term_counts(counts: pd.DataFrame, removed: Iterable[TermText], added: Iterable[TermText]) -> pd.DataFrame:
     """``counts`` without the ``removed`` documents' terms and with the ``added`` ones': equal to
     ``count_terms`` of the catalog after the change when ``removed`` holds every chunk of the
     changed documents as they were and ``added`` every chunk of them as they are. Only the rows
@@ -183,16 +182,30 @@ def update_term_counts(
 
 
 def select_terms(counts: pd.DataFrame, settings: VocabularySettings) -> pd.DataFrame:
-    """The vocabulary's terms: at least ``min_doc_freq`` documents, most frequent first, with
-    the sources they came from and the tenants holding them."""
-    frequent = counts[counts["doc_freq"] >= settings.min_doc_freq]
-    rows = sorted(frequent.itertuples(index=False), key=lambda row: (-row.doc_freq, row.term))[: settings.max_terms]
+    """The vocabulary's terms, chosen per tenant from that tenant's own counts: each tenant's
+    terms held by at least ``min_doc_freq`` of its documents, its ``max_terms`` most frequent;
+    a term is listed once, with the sources it came from and the tenants it was chosen for.
+    Whether a tenant's word is offered never depends on another tenant's documents."""
+    chosen: dict[str, dict[str, int]] = {}
+    by_tenant: dict[str, list[tuple[int, str]]] = {}
+    for row in counts.itertuples(index=False):
+        for tenant, n in zip(row.tenants, row.tenant_doc_freq, strict=True):
+            if n >= settings.min_doc_freq:
+                by_tenant.setdefault(str(tenant), []).append((-int(n), row.term))
+    for tenant, ranked in by_tenant.items():
+        for negative_n, term in sorted(ranked)[: settings.max_terms]:
+            chosen.setdefault(term, {})[tenant] = -negative_n
+    rows = sorted(
+        (row for row in counts.itertuples(index=False) if row.term in chosen),
+        key=lambda row: (-row.doc_freq, row.term),
+    )
     return pd.DataFrame(
         {
             "term": [row.term for row in rows],
             "doc_freq": [row.doc_freq for row in rows],
             "sources": [[source for source in SOURCES if getattr(row, source) > 0] for row in rows],
-            "tenants": [[str(tenant) for tenant in row.tenants] for row in rows],
+            "tenants": [sorted(chosen[row.term]) for row in rows],
+            "tenant_doc_freq": [[chosen[row.term][t] for t in sorted(chosen[row.term])] for row in rows],
         }
     )
 

@@ -2,8 +2,9 @@
 
 Both adapters window whitespace-separated words the same way; the section-aware one first
 splits the text at section headings so that no chunk straddles, say, Methods and Results,
-and records the normalised section name on each chunk. Chunk ids are ``{doc_id}#{ordinal}``
-with ordinals ``0..n-1`` per document, so re-chunking the same text gives the same ids.
+and records the normalised section name on each chunk. Chunk ids are ``{tenant}/{doc_id}#{ordinal}``
+(``Chunk.make_id``) with ordinals ``0..n-1`` per document, so re-chunking the same text gives the
+same ids, and two tenants' documents with the same id have distinct chunks.
 Heading words stay in the chunk text: every word of the document lands in some chunk.
 """
 
@@ -145,7 +146,7 @@ def structured_runs(doc: Document) -> list[_Run]:
 
 
 class Chunker(ABC):
-    """Port: split a document into chunks with ids ``{doc_id}#{ordinal}``."""
+    """Port: split a document into chunks with ids ``{tenant}/{doc_id}#{ordinal}`` (``Chunk.make_id``)."""
 
     @abstractmethod
     def chunk(self, doc: Document) -> list[Chunk]: ...
@@ -202,7 +203,7 @@ class WindowedChunker(Chunker):
                     metadata = {**metadata, "page_start": min(window_pages), "page_end": max(window_pages)}
                 chunks.append(
                     Chunk(
-                        chunk_id=Chunk.make_id(doc.doc_id, ordinal),
+                        chunk_id=Chunk.make_id(doc.doc_id, ordinal, tenant_id=doc.tenant_id),
                         doc_id=doc.doc_id,
                         ordinal=ordinal,
                         tenant_id=doc.tenant_id,

@@ -27,6 +27,7 @@ from retrieval_assets.core.io.tables import (
     frame_to_raw_rows,
     write_parquet,
 )
+from retrieval_assets.core.models import Chunk, document_key
 from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
@@ -81,7 +82,9 @@ class ChunkMemo:
 
     def __init__(self, directory: Path, settings: ChunkingSettings) -> None:
         self.path = Path(directory) / CHUNKS_FILE
-        self._salt = _source_hash(inspect.getsource(chunking), settings.model_dump_json())[:16]
+        # The chunk id scheme is part of the key: chunks remembered under another one are made again.
+        scheme = inspect.getsource(Chunk.make_id) + inspect.getsource(document_key)
+        self._salt = _source_hash(inspect.getsource(chunking), scheme, settings.model_dump_json())[:16]
 
     def document_keys(self, documents: pd.DataFrame) -> pd.Series:
         """One key per row of a documents frame: its cleaned fields under this chunker."""

@@ -15,7 +15,7 @@ class QuarantineReason(StrEnum):
     INVALID_METADATA = "invalid_metadata"  # metadata nested too deep, or keys collide after flattening
     EMPTY_TEXT = "empty_text"  # nothing left to retrieve after cleaning or extraction
     TEXT_TOO_LONG = "text_too_long"  # the source text is over ``max_text_chars``
-    DUPLICATE_ID = "duplicate_id"  # an earlier row with the same id was already kept
+    DUPLICATE_ID = "duplicate_id"  # an earlier row of the same tenant with the same id was already kept
     # Files (``sources.files``)
     UNSUPPORTED_FORMAT = "unsupported_format"  # no extractor reads this file's extension
     FILE_TOO_LARGE = "file_too_large"  # the file is over the source's size limit

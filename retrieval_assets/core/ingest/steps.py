@@ -32,8 +32,8 @@ from retrieval_assets.core.ingest.cleaning import (
     CleaningStats,
     QuarantineReason,
     RecordFormat,
+    clean_one,
     clean_parsed,
-    clean_rows,
     parse_rows,
 )
 from retrieval_assets.core.ingest.inbox import (
@@ -156,9 +156,10 @@ def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
 def clean_catalogs(
     raw: pd.DataFrame, sources: Sequence[CatalogSource], memo: ParsedRows | None = None
 ) -> CleanedCatalogs:
-    """Each catalog's rows cleaned with its own format and tenant, the results concatenated, then
-    the inbox's entries applied on top, in the order they were accepted."""
-    results, inbox_rows, by_source = [], [], {}
+    """Each catalog's rows cleaned with its own format and tenant, the results concatenated (an id
+    an earlier catalog of the same tenant holds is ``duplicate_id``), then the inbox's entries
+    applied on top, in the order they were accepted."""
+    results, inbox_rows, keys = [], [], []
     for source in sources:
         key = source_key(source)
         rows = raw[raw["source"] == key]
@@ -166,12 +167,14 @@ def clean_catalogs(
             inbox_rows.append(rows)
         else:
             results.append(_clean_source(rows, record_format(source), source.tenant_id, memo))
-            by_source[key] = results[-1].stats
+            keys.append(key)
     if memo is not None:
         memo.save()
     claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
     if len(raw) != claimed:
         raise ValueError(f"{len(raw) - claimed} raw rows come from no configured source: re-materialize raw_catalog")
+    results = _without_repeated_ids(results, keys)
+    by_source = {key: result.stats for key, result in zip(keys, results, strict=True)}
     frames = [r.documents for r in results]
     documents = pd.concat(frames, ignore_index=True) if frames else documents_to_frame([])
     quarantine = [q for r in results for q in r.quarantine]
@@ -190,21 +193,60 @@ def clean_catalogs(
     )
 
 
+def _without_repeated_ids(results: Sequence[CleanedFrame], keys: Sequence[str]) -> list[CleanedFrame]:
+    """Each source's cleaning (``keys``: their ``source_key``s, in order) without the documents an
+    earlier source of the same tenant holds by id: those are ``duplicate_id``, as a repeated id
+    within one catalog is. Ids live in a tenant's namespace: two tenants' sources may hold the
+    same id, and both documents are kept."""
+    held: dict[tuple[str, str], str] = {}
+    kept: list[CleanedFrame] = []
+    for key, result in zip(keys, results, strict=True):
+        frame = result.documents
+        identity = list(zip(frame["tenant_id"].tolist(), frame["doc_id"].tolist(), strict=True))
+        repeated = [pair in held for pair in identity]
+        if not any(repeated):
+            held.update(dict.fromkeys(identity, key))
+            kept.append(result)
+            continue
+        quarantine = [
+            QuarantineRecord(
+                source=key,
+                doc_id=doc_id,
+                reason=QuarantineReason.DUPLICATE_ID.value,
+                detail=f"another catalog of tenant {tenant_id!r} already holds this id ({held[tenant_id, doc_id]})",
+            )
+            for (tenant_id, doc_id), again in zip(identity, repeated, strict=True)
+            if again
+        ]
+        held.update(dict.fromkeys((pair for pair, again in zip(identity, repeated, strict=True) if not again), key))
+        by_reason = dict(result.stats.by_reason)
+        by_reason[QuarantineReason.DUPLICATE_ID.value] = by_reason.get(QuarantineReason.DUPLICATE_ID.value, 0) + len(
+            quarantine
+        )
+        stats = result.stats.model_copy(
+            update={
+                "rows_kept": result.stats.rows_kept - len(quarantine),
+                "rows_quarantined": result.stats.rows_quarantined + len(quarantine),
+                "by_reason": by_reason,
+            }
+        )
+        documents = frame[[not again for again in repeated]].reset_index(drop=True)
+        kept.append(CleanedFrame(documents, result.quarantine + quarantine, stats))
+    return kept
+
+
 def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatalogs:
     """``documents`` (a ``DOCUMENT_COLUMNS`` frame) with the inbox entries in ``rows`` applied in order.
 
     An upsert's record is cleaned again with its format's rules (as the catalog's rows are);
     one that fails is quarantined and its receipt ``rejected``. An upsert replaces the
-    document with the same id and tenant, or is added; an id another tenant's document holds is
-    refused (``duplicate_id``), since chunk ids are per document id. A delete removes the
-    document if present."""
+    document with the same id and tenant, or is added. Ids live in a tenant's namespace: what
+    other tenants hold neither refuses nor replaces anything (chunk ids name the tenant). A
+    delete removes the document if present."""
     keys = list(zip(documents["tenant_id"].tolist(), documents["doc_id"].tolist(), strict=True))
     position = {key: i for i, key in enumerate(keys)}
     # Position -> the document now there (None: deleted); positions past the frame are additions.
     slots: dict[int, Document | None] = {}
-    tenants_of: dict[str, set[str]] = {}
-    for tenant_id, doc_id in keys:
-        tenants_of.setdefault(doc_id, set()).add(tenant_id)
     quarantine: list[QuarantineRecord] = []
     receipts: list[dict[str, Any]] = []
     superseded = tombstones = rows_in = 0
@@ -230,30 +272,22 @@ def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatal
             tombstones += 1
             if key in position:
                 slots[position.pop(key)] = None
-                tenants_of[entry.doc_id].discard(entry.tenant_id)
                 superseded += 1
             receipt(entry, InboxOutcome.DELETED)
             continue
         record_row = RawRow(source=row.source, line_number=row.line_number, raw=json.dumps(entry.record))
         # An upsert always has its format (InboxEntry's validator).
-        cleaned = clean_rows([record_row], cast(CatalogFormat, entry.format), entry.tenant_id)
-        rejection = cleaned.quarantine[0] if cleaned.quarantine else None
-        if rejection is None:
-            doc = cleaned.documents[0]
-            others = tenants_of.get(doc.doc_id, set()) - {entry.tenant_id}
+        cleaned = clean_one(record_row, cast(CatalogFormat, entry.format), entry.tenant_id)
+        rejection = cleaned if isinstance(cleaned, QuarantineRecord) else None
+        if isinstance(cleaned, Document):
+            doc = cleaned
             if doc.doc_id != entry.doc_id:
-                problem = (QuarantineReason.INVALID_FIELD_TYPE, f"the record's id {doc.doc_id!r} is not the entry's")
-            elif others:
-                problem = (QuarantineReason.DUPLICATE_ID, "another catalog already holds a document with this id")
-            else:
-                problem = None
-            if problem:
                 rejection = QuarantineRecord(
                     source=row.source,
                     line_number=row.line_number,
                     doc_id=entry.doc_id,
-                    reason=problem[0].value,
-                    detail=problem[1],
+                    reason=QuarantineReason.INVALID_FIELD_TYPE.value,
+                    detail=f"the record's id {doc.doc_id!r} is not the entry's",
                     raw=record_row.raw[:RAW_EXCERPT_CHARS],
                 )
         if rejection is not None:
@@ -266,7 +300,6 @@ def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatal
         else:
             position[key] = len(documents) + len(slots)
             slots[position[key]] = doc
-        tenants_of.setdefault(doc.doc_id, set()).add(entry.tenant_id)
         receipt(entry, InboxOutcome.INDEXED)
 
     # Unchanged rows stay as they are; replaced and added documents are placed by position.

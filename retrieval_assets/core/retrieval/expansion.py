@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,8 +29,11 @@ logger = logging.getLogger(__name__)
 class VocabularyIndex:
     """Terms, their document frequencies, tenants and L2-normalised embeddings, in memory.
 
-    ``tenants`` lists, per term, the tenants whose documents hold it; None for a vocabulary built
-    before terms named their tenants, which then expands no query scoped to tenants."""
+    ``tenants`` lists, per term, the tenants it was chosen for; None for a vocabulary built
+    before terms named their tenants, which then expands no query scoped to tenants.
+    ``tenant_doc_freq`` gives those tenants' document counts (aligned with ``tenants``), so that
+    a scoped query weighs terms by its own tenants' documents; None for a vocabulary built
+    before it was kept."""
 
     def __init__(
         self,
@@ -37,9 +41,18 @@ class VocabularyIndex:
         doc_freq: Sequence[int],
         embeddings: np.ndarray,
         tenants: Sequence[Iterable[str]] | None = None,
+        tenant_doc_freq: Sequence[Iterable[int]] | None = None,
     ) -> None:
         self.terms = list(terms)
         self.doc_freq = dict(zip(self.terms, (int(df) for df in doc_freq), strict=True))
+        # tenant -> {term: documents of that tenant holding it}
+        self._tenant_doc_freq: dict[str, dict[str, int]] | None = None
+        if tenants is not None and tenant_doc_freq is not None:
+            per_tenant: dict[str, dict[str, int]] = {}
+            for term, held, counts in zip(self.terms, tenants, tenant_doc_freq, strict=True):
+                for tenant, n in zip(held, counts, strict=True):
+                    per_tenant.setdefault(str(tenant), {})[term] = int(n)
+            self._tenant_doc_freq = per_tenant
         self._matrix = l2_normalise(np.asarray(embeddings, dtype=np.float32).reshape(len(terms), -1))
         self._position = {term: row for row, term in enumerate(self.terms)}
         # Each tenant's term rows, so that scoping a query costs a mask over the vocabulary.
@@ -55,12 +68,14 @@ class VocabularyIndex:
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> VocabularyIndex:
         # "tenants" may be absent: a vocabulary built before it existed is still served.
-        missing = [c for c in VOCABULARY_COLUMNS if c not in frame.columns and c != "tenants"]
+        optional = {"tenants", "tenant_doc_freq"}  # absent from vocabularies built before they were kept
+        missing = [c for c in VOCABULARY_COLUMNS if c not in frame.columns and c not in optional]
         if missing:
             raise ValueError(f"vocabulary frame lacks columns {missing}")
         embeddings = np.stack(frame["embedding"].to_list()) if len(frame) else np.zeros((0, 1), np.float32)
         tenants = frame["tenants"].tolist() if "tenants" in frame.columns else None
-        return cls(frame["term"].tolist(), frame["doc_freq"].tolist(), embeddings, tenants)
+        counts = frame["tenant_doc_freq"].tolist() if "tenant_doc_freq" in frame.columns else None
+        return cls(frame["term"].tolist(), frame["doc_freq"].tolist(), embeddings, tenants, counts)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> VocabularyIndex:
@@ -68,6 +83,18 @@ class VocabularyIndex:
 
     def __len__(self) -> int:
         return len(self.terms)
+
+    def doc_freq_in(self, tenants: Collection[str] | None) -> Mapping[str, int] | None:
+        """Documents holding each term, counted over ``tenants``' documents only (None: every
+        tenant's); None when this vocabulary has no per-tenant counts."""
+        if tenants is None:
+            return self.doc_freq
+        if self._tenant_doc_freq is None:
+            return None
+        counts: Counter[str] = Counter()
+        for tenant in tenants:
+            counts.update(self._tenant_doc_freq.get(tenant, {}))
+        return counts
 
     def neighbours(
         self,

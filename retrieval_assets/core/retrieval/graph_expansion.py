@@ -19,7 +19,8 @@ Tenants
 Tenants never share a node (see ``core.index.graph``), so a walk stays inside the tenant of the
 seed it starts from. ``expand(tenant_id="a")`` also ignores seeds of other tenants;
 ``tenant_id=None`` (a single-tenant catalog, or a caller that is not tenant-scoped) walks each
-seed within its own tenant.
+seed within its own tenant. Ids live in a tenant's namespace: where two tenants hold a seed's id,
+the seed's own tenant (``seed_tenants``) says whose tool it is.
 
 Scores and order
 ----------------
@@ -54,10 +55,12 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from retrieval_assets.core.index.graph import IN_DOMAIN, SAME_DOMAIN, edge_rows
+from retrieval_assets.core.models import StoreHit, chunk_document, document_key
 from retrieval_assets.core.retrieval.fusion import min_max
 from retrieval_assets.core.retrieval.plan import Candidate, SearchPlan
 from retrieval_assets.core.settings import GraphSettings
 from retrieval_assets.core.stores.base import LexicalStore
+from retrieval_assets.core.stores.filters import MetadataFilter
 
 GRAPH_STRATEGY: Final = "graph"
 SYMMETRIC_RELATIONS = frozenset({"compatible_with", SAME_DOMAIN})
@@ -130,20 +133,18 @@ class ToolGraph:
 
     def __init__(self, tenants: Mapping[str, _TenantGraph]) -> None:
         self._tenants = dict(tenants)
-        self._tenant_of = {
-            tool: tenant for tenant, graph in self._tenants.items() for tool in (*graph.links, *graph.domains)
-        }
+        # Tool id -> the tenants whose graph has it (two tenants may hold the same id).
+        self._tenants_of: dict[str, set[str]] = {}
+        for tenant, graph in self._tenants.items():
+            for tool in (*graph.links, *graph.domains):
+                self._tenants_of.setdefault(tool, set()).add(tenant)
 
     @classmethod
     def from_edges(cls, edges: pd.DataFrame) -> ToolGraph:
+        """Per-tenant adjacency: an id two tenants hold is two tools, one in each tenant's graph."""
         links: defaultdict[str, defaultdict[str, set[tuple[int, str, str]]]] = defaultdict(lambda: defaultdict(set))
         memberships: defaultdict[str, defaultdict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        owner: dict[str, str] = {}
         for source, target, relation, tenant in edge_rows(edges):
-            for tool in (source,) if relation == IN_DOMAIN else (source, target):
-                # A tool under two tenants would let a walk cross from one to the other.
-                if owner.setdefault(tool, tenant) != tenant:
-                    raise ValueError(f"tool {tool!r} appears under tenants {owner[tool]!r} and {tenant!r}")
             if relation == IN_DOMAIN:
                 memberships[tenant][source].add(target)
             else:
@@ -159,7 +160,7 @@ class ToolGraph:
         return cls.from_edges(pd.read_parquet(path))
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._tenant_of
+        return doc_id in self._tenants_of
 
     @property
     def tenants(self) -> list[str]:
@@ -175,43 +176,52 @@ class ToolGraph:
         decay: float = 0.5,
         relations: Collection[str] | None = None,
         max_fanout: int = 50,
+        seed_tenants: Sequence[str | None] | None = None,
     ) -> list[GraphHit]:
         """Tools related to ``seeds`` (``(doc_id, score)``, best first), best first; seeds excluded.
 
         ``relations`` limits the labels walked (``None``: all; ``same_domain`` allows domain
         walks). Seeds unknown to the graph, or of a tenant other than ``tenant_id``, add nothing.
+        ``seed_tenants`` (one per seed, None: unknown) names each seed's tenant; without it a seed
+        whose id several tenants hold is walked only within ``tenant_id``.
         """
         _check_arguments(seeds, max_depth, max_nodes, decay, max_fanout)
+        if seed_tenants is not None and len(seed_tenants) != len(seeds):
+            raise ValueError(f"{len(seed_tenants)} seed tenants for {len(seeds)} seeds")
         allowed = None if relations is None else frozenset(relations)
-        seed_ids = {doc_id for doc_id, _ in seeds}
-        seed_tenants: list[str | None] = []
+        walk_tenants: list[str | None] = []
         heap: list[_Entry] = []
         for index, (doc_id, score) in enumerate(seeds):
-            tenant = self._tenant_of.get(doc_id)
-            if tenant_id is not None and tenant != tenant_id:
-                tenant = None
-            seed_tenants.append(tenant)
+            tenant = self._seed_tenant(doc_id, seed_tenants[index] if seed_tenants is not None else None, tenant_id)
+            walk_tenants.append(tenant)
             if tenant is not None:
                 heap.append((-score, 0, 0, index, _TOOL, doc_id, (doc_id,)))
         heapq.heapify(heap)
-
+        # Seeds and found tools as (tenant, id), two tenants may hold the same id; a seed of no
+        # known tenant is no hit in any.
+        seed_ids = {(t, doc_id) for t, (doc_id, _) in zip(walk_tenants, seeds, strict=True) if t is not None}
+        loose_ids = {doc_id for t, (doc_id, _) in zip(walk_tenants, seeds, strict=True) if t is None}
         hits: list[GraphHit] = []
-        found: set[str] = set()
+        found: set[tuple[str, str]] = set()
+
+        def is_new(tenant: str, node: str) -> bool:
+            return (tenant, node) not in found and (tenant, node) not in seed_ids and node not in loose_ids
+
         # (tenant, kind, node) -> the smallest depth it was expanded at. Entries pop best-first,
         # so a later pop at the same or a greater depth can reach nothing new.
         expanded: dict[tuple[str, int, str], int] = {}
 
         def worth_pushing(tenant: str, kind: int, node: str, depth: int) -> bool:
-            if kind == _TOOL and node not in found and node not in seed_ids:
+            if kind == _TOOL and is_new(tenant, node):
                 return True
             return depth < max_depth and expanded.get((tenant, kind, node), max_depth + 1) > depth
 
         while heap and max_nodes > 0:
             neg_score, depth, hops, index, kind, node, path = heapq.heappop(heap)
-            tenant = seed_tenants[index]
+            tenant = walk_tenants[index]
             assert tenant is not None  # only seeds with a tenant were pushed
-            if kind == _TOOL and node not in found and node not in seed_ids:
-                found.add(node)
+            if kind == _TOOL and is_new(tenant, node):
+                found.add((tenant, node))
                 hit = GraphHit(
                     doc_id=node, score=-neg_score, depth=depth, via=seeds[index][0], path=list(path), tenant_id=tenant
                 )
@@ -231,6 +241,16 @@ class ToolGraph:
                     heapq.heappush(heap, entry)
         return hits
 
+    def _seed_tenant(self, doc_id: str, own: str | None, tenant_id: str | None) -> str | None:
+        """The tenant whose graph a seed is walked in: its own (else ``tenant_id``, else the one
+        tenant holding its id); None when that graph lacks it or it is outside ``tenant_id``."""
+        holders = self._tenants_of.get(doc_id, set())
+        if own is None:
+            own = tenant_id if tenant_id is not None else next(iter(holders)) if len(holders) == 1 else None
+        if own is None or own not in holders or (tenant_id is not None and own != tenant_id):
+            return None
+        return own
+
     @staticmethod
     def _steps(
         graph: _TenantGraph, kind: int, node: str, allowed: frozenset[str] | None, room: int
@@ -244,6 +264,22 @@ class ToolGraph:
         if room >= 2 and (allowed is None or SAME_DOMAIN in allowed):
             steps.extend((IN_DOMAIN, _DOMAIN, domain) for domain in graph.domains.get(node, ()))
         return steps
+
+
+def _fetch_by_tenant(
+    lexical: LexicalStore, found: Sequence[GraphHit], filters: Sequence[MetadataFilter]
+) -> dict[tuple[str, str], StoreHit]:
+    """The first chunk of each found tool, as (tenant, id) -> hit: looked up per tenant, since
+    two tenants may hold the same id; ``filters`` (the request's, its tenants among them) apply."""
+    by_tenant: dict[str, list[str]] = {}
+    for g in found:
+        by_tenant.setdefault(g.tenant_id, []).append(g.doc_id)
+    payloads: dict[tuple[str, str], StoreHit] = {}
+    for tenant, doc_ids in by_tenant.items():
+        scoped = [*filters, MetadataFilter(field="tenant_id", any_of=[tenant])]
+        for hit in lexical.fetch_documents(doc_ids, scoped):
+            payloads[tenant, hit.doc_id] = hit
+    return payloads
 
 
 def _check_arguments(
@@ -277,29 +313,45 @@ def expand_candidates(
     # Fused scores may be negative (z-score, cosine): walk from [0, 1] scores, same order.
     scaled = min_max([c.score for c in candidates]).tolist()
     normalised = {c.key: value for c, value in zip(candidates, scaled, strict=True)}
-    seeds = [(c.hit.doc_id, normalised[c.key]) for c in candidates[: settings.seeds]]
-    present = {c.hit.doc_id for c in candidates}
+    heads = candidates[: settings.seeds]
+    seeds = [(c.hit.doc_id, normalised[c.key]) for c in heads]
+    # Documents by (tenant-qualified) key: two tenants may hold the same id. A version built
+    # before chunk ids named their tenant names its documents by id alone (``chunk_document``).
+    keys = [(chunk_document(c.hit.chunk_id, c.hit.doc_id), c.hit.doc_id) for c in candidates]
+    present = {key for key, doc_id in keys if key != doc_id}
+    legacy = {doc_id for key, doc_id in keys if key == doc_id}
     found = graph.expand(
         seeds,
         tenant_id=plan.only_tenant,
         max_depth=settings.max_depth,
         max_nodes=settings.max_nodes,
         decay=settings.decay,
+        seed_tenants=[c.hit.payload.get("tenant_id") for c in heads],
     )
-    found = [g for g in found if g.doc_id not in present and g.doc_id not in plan.excluded]
-    fetched = lexical.fetch_documents([g.doc_id for g in found], plan.filters)
-    payloads = {hit.doc_id: hit for hit in fetched}
-    added = [
-        Candidate(
-            key=g.doc_id if collapse_chunks else payloads[g.doc_id].chunk_id,
-            hit=payloads[g.doc_id],
-            score=g.score,
-            strategy_scores={"graph": (g.score, rank)},
-            graph_path=list(g.path),
-        )
-        for rank, g in enumerate((g for g in found if g.doc_id in payloads), start=1)
+    found = [
+        g
+        for g in found
+        if document_key(g.tenant_id, g.doc_id) not in present
+        and g.doc_id not in legacy
+        and g.doc_id not in plan.excluded
     ]
-    plan.trace.diagnostics["graph"] = {"seeds": [s for s, _ in seeds], "added": [c.key for c in added]}
+    payloads = _fetch_by_tenant(lexical, found, plan.filters)
+    added: list[Candidate] = []
+    for g in found:
+        hit = payloads.get((g.tenant_id, g.doc_id))
+        if hit is None:
+            continue
+        key = chunk_document(hit.chunk_id, hit.doc_id) if collapse_chunks else hit.chunk_id
+        added.append(
+            Candidate(
+                key=key,
+                hit=hit,
+                score=g.score,
+                strategy_scores={"graph": (g.score, len(added) + 1)},
+                graph_path=list(g.path),
+            )
+        )
+    plan.trace.diagnostics["graph"] = {"seeds": [s for s, _ in seeds], "added": [c.hit.doc_id for c in added]}
     if not added:
         return candidates
     plan.trace.diagnostics["graph"]["scores"] = "min-max normalised so graph hits share the scale"

@@ -22,12 +22,12 @@ import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
-from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit, Strategy
+from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit, Strategy, chunk_document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, query_context_tokens
 from retrieval_assets.core.query.control_tags import parse_control_tags
 from retrieval_assets.core.query.nl_filters import NLFilterSettings, parse_nl_filters
@@ -73,8 +73,14 @@ class HybridRetriever:
         reformulator: LLMReformulator | None = None,
         nl_filter_settings: NLFilterSettings | None = None,
         context_settings: ContextTokenSettings | None = None,
-        filterable_fields: set[str] | None = None,
+        known_venues: Callable[[frozenset[str] | None], frozenset[str]] | None = None,
+        filterable_fields: Callable[[frozenset[str] | None], Collection[str]] | None = None,
     ) -> None:
+        """``known_venues`` and ``filterable_fields`` give, for a tenant scope (None: every
+        tenant), the venues natural-language filters match and the fields filters may name:
+        a query is parsed against its own tenants' documents only. Without ``known_venues`` the
+        parser knows ``nl_filter_settings.known_venues``; without ``filterable_fields`` every
+        field is assumed filterable."""
         self.settings = settings or RetrievalSettings()
         self._dense_encoder = dense_encoder
         self._lexical = lexical_store
@@ -84,7 +90,7 @@ class HybridRetriever:
         self._reformulator = reformulator
         self._nl_settings = nl_filter_settings or self.settings.nl_filters
         self._context_settings = context_settings or self.settings.context_tokens
-        # Fields the index can filter on; None when unknown (every field is assumed filterable).
+        self._known_venues = known_venues
         self._filterable_fields = filterable_fields
         # One Qdrant store may serve both dense and sparse search: close each store once.
         self._stores = list({id(s): s for s in (dense_store, sparse_store, lexical_store) if s is not None}.values())
@@ -235,9 +241,14 @@ class HybridRetriever:
             filters.append(MetadataFilter(field="tenant_id", any_of=sorted(tenants)))
         if not self.settings.natural_language_filters:
             return query, filters
-        parsed = parse_nl_filters(query, self._nl_settings)
+        settings = self._nl_settings
+        if self._known_venues is not None:
+            settings = settings.model_copy(update={"known_venues": self._known_venues(tenants)})
+        parsed = parse_nl_filters(query, settings)
         unsupported = (
-            sorted(set(parsed.filters) - self._filterable_fields) if self._filterable_fields is not None else []
+            sorted(set(parsed.filters) - set(self._filterable_fields(tenants)))
+            if self._filterable_fields is not None
+            else []
         )
         if unsupported:
             # "in 2010" in a corpus without years is plain text: keep the whole query as typed.
@@ -338,14 +349,16 @@ class HybridRetriever:
         query = plan.query
         multi = self.settings.multi_query
         variants: list[tuple[str, str, dict[str, float]]] = []
-        if multi.pseudo_relevance_feedback and self._vocabulary is not None and first_pass:
+        # Feedback terms are weighed by the scope's own documents (no other tenant's counts);
+        # a vocabulary without per-tenant counts gives a scoped query none.
+        doc_freq = self._vocabulary.doc_freq_in(plan.tenants) if self._vocabulary is not None else None
+        if multi.pseudo_relevance_feedback and doc_freq is not None and first_pass:
             texts = [
                 f"{c.hit.payload.get('title', '')} {c.hit.payload.get('text', '')}"
                 for c in first_pass[: multi.feedback_docs]
             ]
-            feedback = feedback_terms(
-                query, texts, self._vocabulary.doc_freq, max(self._lexical_count(), 1), multi.feedback_terms
-            )
+            documents = max(self._lexical_count(plan.tenants), 1)
+            feedback = feedback_terms(query, texts, doc_freq, documents, multi.feedback_terms)
             if feedback:
                 variants.append(("prf", f"{query} {' '.join(feedback)}", {}))
         if multi.vocabulary_expansion:
@@ -363,8 +376,11 @@ class HybridRetriever:
             variants += [(f"llm{i}", text, {}) for i, text in enumerate(plan.llm_reformulations, start=1)]
         return variants
 
-    def _lexical_count(self) -> int:
-        return self._lexical.count() if self._lexical is not None else 0
+    def _lexical_count(self, tenants: frozenset[str] | None = None) -> int:
+        """Chunks the lexical index holds (of ``tenants`` only, when given)."""
+        if self._lexical is None:
+            return 0
+        return self._lexical.count() if tenants is None else self._lexical.count_tenants(tenants)
 
     def _search_and_fuse(self, plan: SearchPlan, query: str, expansion_terms: dict[str, float]) -> list[Candidate]:
         per_strategy = self._search_strategies(plan, query, expansion_terms)
@@ -409,8 +425,11 @@ class HybridRetriever:
 
     @property
     def _collapse_key(self) -> Callable[[StoreHit], str]:
-        """One hit per document, or per chunk when chunks are not collapsed."""
-        return (lambda h: h.doc_id) if self.settings.collapse_chunks else (lambda h: h.chunk_id)
+        """One hit per document, or per chunk when chunks are not collapsed. A document is its
+        tenant's: two tenants' documents with the same id are two hits (``chunk_document``)."""
+        if self.settings.collapse_chunks:
+            return lambda h: chunk_document(h.chunk_id, h.doc_id)
+        return lambda h: h.chunk_id
 
     def _fuse(self, per_strategy: Mapping[str, list[StoreHit]], plan: SearchPlan) -> list[Candidate]:
         rankings = document_rankings(per_strategy, self._collapse_key, plan.excluded)
@@ -462,7 +481,7 @@ class HybridRetriever:
             # How far the reranker moved each leading hit: first-stage rank -> new rank.
             "moves": [
                 {
-                    "key": c.key,
+                    "key": c.hit.doc_id if self.settings.collapse_chunks else c.hit.chunk_id,
                     "from": c.first_stage_rank,
                     "to": i,
                     "first_stage_score": round(first_stage_scores[c.key], 6),
@@ -471,8 +490,7 @@ class HybridRetriever:
                 for i, c in enumerate(leading, start=1)
             ],
             "mean_abs_rank_change": round(
-                sum(abs((c.first_stage_rank or i) - i) for i, c in enumerate(leading, start=1))
-                / max(len(leading), 1),
+                sum(abs((c.first_stage_rank or i) - i) for i, c in enumerate(leading, start=1)) / max(len(leading), 1),
                 3,
             ),
         }

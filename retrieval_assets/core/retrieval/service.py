@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -36,7 +37,7 @@ from retrieval_assets.core.stores.base import (
 )
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
 from retrieval_assets.core.stores.filters import MetadataFilter
-from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore, ShardBusyError
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 logger = logging.getLogger(__name__)
@@ -72,17 +73,28 @@ class BackendHealth(BaseModel):
 
 
 class Health(BaseModel):
+    """Readiness of the served version. ``public()`` is what a caller without a key is told."""
+
     status: str  # "ok" when every backend is ready, "unavailable" otherwise
     version: str | None
-    promoted_at: str | None
-    strategies: list[str]
-    backends: dict[str, BackendHealth]
-    vocabulary: bool
-    graph: bool
+    promoted_at: str | None = None
+    strategies: list[str] | None = None
+    backends: dict[str, BackendHealth] | None = None
+    vocabulary: bool | None = None
+    graph: bool | None = None
     # What ``filters`` may name: each filter field of the served version and its type (data, not
     # schema: another build may have other fields). Empty while no index is served.
-    filter_fields: dict[str, FieldType] = {}
+    filter_fields: dict[str, FieldType] | None = None
     error: str | None = None
+
+    def public(self) -> Health:
+        """Whether the service is up and which version serves; nothing about what it holds."""
+        return Health(status=self.status, version=self.version)
+
+    def without_counts(self) -> Health:
+        """Counts are of every tenant's chunks: only callers who see the whole service get them."""
+        backends = {name: backend.model_copy(update={"count": None}) for name, backend in (self.backends or {}).items()}
+        return self.model_copy(update={"backends": backends})
 
 
 def _wrong_store(strategy: Strategy, store: IndexStore) -> TypeError:
@@ -108,15 +120,13 @@ def open_retriever(
     batchers wrap them for this retriever only, and hold no thread to close).
     """
     for label, path in (
-        ("faiss_index", layout.faiss), ("qdrant_edge_index", layout.qdrant), ("tantivy_index", layout.lexical)
+        ("faiss_index", layout.faiss),
+        ("qdrant_edge_index", layout.qdrant),
+        ("tantivy_index", layout.lexical),
     ):
         if not path.exists():
             raise BackendNotAvailableError(f"no index at {path}: materialize the {label} asset first")
     servers = dict(server_stores or {})
-    facets = read_build_manifest(layout.lexical).get("facets", {})
-    nl_settings = settings.nl_filters.model_copy(
-        update={"known_venues": frozenset(facets.get(settings.nl_filters.venue_field, ()))}
-    )
     multi = settings.multi_query
     lexical, dense, sparse = servers.get(Strategy.BM25), servers.get(Strategy.DENSE), servers.get(Strategy.SPLADE)
     if lexical is not None and not isinstance(lexical, LexicalStore):
@@ -137,7 +147,7 @@ def open_retriever(
             sparse_encoder, max_wait_ms=batching.max_wait_ms, max_batch=batching.max_batch
         ),
         dense_store=dense or FaissDenseStore.open(layout.faiss),
-        sparse_store=sparse or QdrantEdgeStore.open(layout.qdrant),
+        sparse_store=sparse or QdrantEdgeStore.open_for_reading(layout.qdrant),
         lexical_store=lexical,
         settings=settings,
         vocabulary=VocabularyIndex.load(layout.vocabulary) if layout.vocabulary.is_file() else None,
@@ -148,10 +158,37 @@ def open_retriever(
             if multi.llm_base_url
             else None
         ),
-        nl_filter_settings=nl_settings,
         context_settings=settings.context_tokens,
-        filterable_fields={*KEYWORD_PAYLOAD_FIELDS, *lexical.field_types},
+        known_venues=scoped_venues(read_build_manifest(layout.lexical), settings.nl_filters.venue_field),
+        filterable_fields=(
+            (lambda tenants: lexical.filter_fields(tenants))  # only fields the scope's chunks hold
+            if isinstance(lexical, TantivyLexicalStore)
+            else (lambda _: {*KEYWORD_PAYLOAD_FIELDS, *lexical.field_types})
+        ),
     )
+
+
+def scoped_venues(manifest: Mapping[str, Any], venue_field: str) -> Callable[[frozenset[str] | None], frozenset[str]]:
+    """The venues the natural-language filter parser knows for a tenant scope (None: every
+    tenant), from the lexical build manifest: only venues the scope's documents hold, so that
+    "in BetaVenue" stays text for a tenant without it. A version built before venues were kept
+    per tenant knows its venues for unscoped queries only, until it is rebuilt."""
+    everyone = frozenset(manifest.get("facets", {}).get(venue_field, ()))
+    per_tenant: dict[str, frozenset[str]] | None = None
+    if "tenant_facets" in manifest:
+        per_tenant = {
+            tenant: frozenset(facets.get(venue_field, ())) for tenant, facets in manifest["tenant_facets"].items()
+        }
+
+    @lru_cache(maxsize=256)
+    def venues(tenants: frozenset[str] | None) -> frozenset[str]:
+        if tenants is None:
+            return everyone
+        if per_tenant is None:
+            return frozenset()
+        return frozenset().union(*(per_tenant.get(tenant, frozenset()) for tenant in tenants))
+
+    return venues
 
 
 class SearchService:
@@ -176,8 +213,7 @@ class SearchService:
         self._open_version = open_version
         self._fixed = fixed
         self._retrievers: dict[str, HybridRetriever] = {}
-        # Opening is serialised: two requests after a promotion must not both open it, and the
-        # embedded Qdrant shard allows one open handle per process.
+        # Opening is serialised: two requests after a promotion must not both open it.
         self._lock = threading.Lock()
         self._lexical: tuple[IndexLayout, TantivyLexicalStore] | None = None
 
@@ -204,15 +240,7 @@ class SearchService:
             if target.id not in self._retrievers:
                 if not target.sealed:
                     raise BackendNotAvailableError(f"index version {target.id} is incomplete: re-run the index build")
-                try:
-                    self._retrievers[target.id] = self._open_version(target)
-                except ShardBusyError:
-                    if version is not None or not self._retrievers:
-                        raise
-                    # The run that promoted it may hold its shard a moment longer: answer from the
-                    # version it replaced, and open it on a later request.
-                    logger.warning("promoted version %s is still open elsewhere; serving the previous one", target.id)
-                    return next(reversed(self._retrievers.values()))
+                self._retrievers[target.id] = self._open_version(target)
                 for stale in list(self._retrievers)[:-2]:
                     self._retrievers.pop(stale).close()
             return self._retrievers[target.id]

@@ -15,7 +15,7 @@ import shutil
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, get_args
 
@@ -110,6 +110,10 @@ class LexicalStore(IndexStore):
     field_types: dict[str, FieldType]
 
     @abstractmethod
+    def count_tenants(self, tenants: Collection[str]) -> int:
+        """Chunks of ``tenants`` only: the collection size a query scoped to them is weighed by."""
+
+    @abstractmethod
     def add(self, payloads: Sequence[Payload]) -> None: ...
 
     @abstractmethod
@@ -127,9 +131,7 @@ class LexicalStore(IndexStore):
         neither may widen the set that ``filters`` allows."""
 
     @abstractmethod
-    def fetch_documents(
-        self, doc_ids: Sequence[str], filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]:
+    def fetch_documents(self, doc_ids: Sequence[str], filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         """The first chunk of each given document that passes ``filters``, in ``doc_ids`` order,
         score 0.0; unknown or filtered-out ids are absent."""
 

@@ -14,6 +14,7 @@ from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.evaluation.tuning import ConfigurationLearner, TuningResult, TuningSettings, gold_fingerprint
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions
 from retrieval_assets.defs.assets.evaluation import GROUP, evaluated_version
+from retrieval_assets.defs.assets.gold import scope_of
 from retrieval_assets.defs.metadata import preview, stopwatch
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource, SearchResource
 
@@ -35,12 +36,19 @@ def _settings_key(search: SearchResource, tuning: TuningSettings) -> str:
     return content_hash(search.retrieval_settings().model_dump_json(), tuning.model_dump_json())[:16]
 
 
-def _reusable(versions: IndexVersions, candidate: IndexVersion, gold: str, settings_key: str) -> dict[str, Any] | None:
+def _reusable(
+    versions: IndexVersions, candidate: IndexVersion, gold: str, settings_key: str, scope: list[str]
+) -> dict[str, Any] | None:
     promoted = versions.promoted()
     if promoted is None or promoted.id == candidate.id:
         return None
     report = promoted.learned_configuration()
-    if report and report.get("gold") == gold and report.get("settings_key") == settings_key:
+    if (
+        report
+        and report.get("gold") == gold
+        and report.get("settings_key") == settings_key
+        and report.get("gold_scope") == scope
+    ):
         return {**report, "reason": f"reused from {promoted.id}: {report['reason']}", "reused_from": promoted.id}
     return None
 
@@ -95,18 +103,26 @@ def retrieval_configuration(
         if gold is None:
             report: dict[str, Any] = {"adopted": False, "reason": "the catalog has no gold queries (set gold_path)"}
         else:
+            # Learned among the gold's own tenants' documents, as the evaluation judges it.
+            scope = scope_of(catalog, candidate, gold)
             settings_key = _settings_key(search, tuning)
             reused = (
-                _reusable(versions, candidate, gold_fingerprint(gold), settings_key) if config.reuse_promoted else None
+                _reusable(versions, candidate, gold_fingerprint(gold), settings_key, list(scope.tenants))
+                if config.reuse_promoted
+                else None
             )
             if reused is not None:
                 report = reused
             else:
                 try:
                     learner = ConfigurationLearner(
-                        search.retriever(candidate.id), gold, tuning, progress=context.log.info
+                        search.retriever(candidate.id), gold, tuning, progress=context.log.info, tenants=scope.tenants
                     )
-                    report = {**learner.run().model_dump(mode="json"), "settings_key": settings_key}
+                    report = {
+                        **learner.run().model_dump(mode="json"),
+                        "settings_key": settings_key,
+                        "gold_scope": list(scope.tenants),
+                    }
                 finally:
                     search.close()  # the evaluation step opens the candidate's qdrant-edge shard next
     report["version"] = candidate.id

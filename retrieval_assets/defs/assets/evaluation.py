@@ -4,9 +4,14 @@
 queries, with the configuration it would serve (the learned one when ``retrieval_configuration``
 adopted it), and records the gate's verdict next to the version. Its ``promotion_gate`` check is
 blocking: when it fails, ``promoted_index`` does not run and serving stays on the promoted version.
+
+The gold queries are searched among their catalog's tenants' documents only (``gold_scope``), so
+documents other tenants post cannot move the figures; a refusal names the gold's tenant and how many
+documents that tenant posted since the promoted version (``gate_refusal``, ``posted_since_promoted``).
 """
 
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,13 +36,14 @@ from retrieval_assets.core.evaluation.benchmark import (
 )
 from retrieval_assets.core.evaluation.gate import LATENCY_METRIC, QUALITY_METRICS, GateDecision, decide
 from retrieval_assets.core.evaluation.metrics import EvaluationReport
+from retrieval_assets.core.evaluation.scope import GoldScope, Post, posted_by, posted_since
 from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration, TuningResult, gold_fingerprint
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
+from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.defs.assets.candidate import INDEX_WRITES_POOL
-from retrieval_assets.defs.assets.gold import catalog_gold, describe, retired_from
-from retrieval_assets.defs.columns import HISTORY_DESCRIPTIONS
-from retrieval_assets.defs.metadata import log_progress, preview, stopwatch
+from retrieval_assets.defs.assets.gold import catalog_gold, describe, retired_from, scope_of
+from retrieval_assets.defs.metadata import log_progress, preview, quality_history_table, stopwatch
 from retrieval_assets.defs.resources import (
     CatalogResource,
     IndexStorageResource,
@@ -101,20 +107,64 @@ def _per_query(report: EvaluationReport) -> dict[str, dict[str, float]]:
     return {q.query_id: {"ndcg@10": q.ndcg_at_10, "recall@100": q.recall_at_100} for q in report.per_query}
 
 
-_GOLD_COLUMNS = {
-    "gold": "Fingerprint of the gold queries that judged the version.",
-    "gold_kind": "Which gold judged the version: curated (the catalog's own or a person's), known_item or llm "
-    "(generated from the documents).",
+_POSTED_COLUMNS = {
+    "tenant_id": "The tenant that posted the documents.",
+    "sender": "The API key that sent them (blank: no keys configured).",
+    "operation": "upsert or delete.",
+    "documents": "Inbox entries of this tenant, sender and operation in the candidate but not in the promoted version.",
+    "in_gold_scope": "Whether the tenant is one the gold is judged among: only such posts can move the gate's figures.",
 }
 
 
-def _history_table(versions: IndexVersions, *, deciding: str | None = None) -> MetadataValue:
-    """The quality history; on the evaluation (``deciding``: the candidate being judged) without
-    the ``promoted`` column, which only the promotion that follows can make true."""
-    frame = pd.DataFrame(versions.quality_history())
-    if deciding is not None:
-        frame = frame.drop(columns=["promoted"])
-    return _table(frame, {**HISTORY_DESCRIPTIONS, **_GOLD_COLUMNS})
+def _posted_since_promoted(
+    catalog: CatalogResource, candidate: IndexVersion, promoted: IndexVersion | None
+) -> Counter[tuple[str, str | None, str]]:
+    """The inbox entries the candidate took in that the promoted version does not hold, by
+    (tenant, sender, operation); rejected posts changed nothing and are left out."""
+    inbox = catalog.inbox()
+    if inbox is None:
+        return Counter()
+    posts = [
+        Post(entry.tenant_id, entry.sender, entry.operation.value, entry.version, entry.taken_at)
+        for entry in inbox.archived()
+        if entry.outcome is not InboxOutcome.REJECTED
+    ]
+    promoted_sealed = promoted.manifest()["sealed_at"] if promoted is not None and promoted.sealed else None
+    return posted_since(
+        posts,
+        promoted=promoted.id if promoted is not None else None,
+        promoted_sealed_at=promoted_sealed,
+        candidate=candidate.id,
+        candidate_sealed_at=candidate.manifest()["sealed_at"],
+    )
+
+
+def _explain(
+    decision: GateDecision, scope: GoldScope, posted: Counter[tuple[str, str | None, str]], promoted: str | None
+) -> str:
+    """Why the gate refused, for the tenant whose gold fell: its figures before and after, and
+    how many documents it posted itself since the promoted version."""
+    moved = [
+        f"{name} {values['promoted']:.4f} → {values['candidate']:.4f}"
+        for metric, name in (("ndcg@10", "nDCG@10"), ("recall@100", "recall@100"))
+        if (values := decision.comparison.get(metric)) and values.get("promoted") is not None
+        and values.get("candidate") is not None
+    ]
+    quality_failed = any(reason.startswith(f"gold of {scope.label}:") for reason in decision.reasons)
+    if not quality_failed:
+        return "; ".join(decision.reasons)
+    line = f"gold of {scope.label}: " + (", ".join(moved) or "; ".join(decision.reasons))
+    own = posted_by(posted, scope.tenants)
+    since = f"since the promoted version {promoted}" if promoted else "in this candidate"
+    if own:
+        senders = sorted({sender or "(no key)" for (tenant, sender, _), n in posted.items() if tenant in scope.tenants})
+        line += f"; documents posted by {scope.label} {since}: {own} (sent by {', '.join(senders)})"
+    else:
+        line += f"; no documents posted by {scope.label} {since}"
+    others = sum(posted.values()) - own
+    if others:
+        line += f" (other tenants posted {others}, outside this gold's scope)"
+    return line
 
 
 class EvaluationConfig(Config):
@@ -172,6 +222,13 @@ def retrieval_evaluation(
 
     judged = catalog_gold(catalog, storage)
     gold = judged.gold
+    # Each gold set is judged among its own catalog's tenants only: documents that other tenants
+    # post cannot enter its result lists, nor move the gate's figures.
+    scope = (
+        scope_of(catalog, candidate, gold, judged.generated if judged.kind != "curated" else None)
+        if gold is not None
+        else None
+    )
     summary: dict[str, dict[str, float]] = {}
     beside: dict[str, float] = {}
     per_query: dict[str, dict[str, float]] = {}
@@ -181,6 +238,7 @@ def retrieval_evaluation(
         "served": served,
         "gold_kind": judged.kind or "none",
         "gold_source": judged.source,
+        "gold_scope": scope.label if scope is not None else "(no gold)",
     }
     with stopwatch() as timer:
         if gold is None:
@@ -191,6 +249,8 @@ def retrieval_evaluation(
         else:
             if judged.kind != "curated" and judged.generated is not None:
                 context.log.info(f"the catalog has no gold of its own: generated {describe(judged.generated)} is used")
+            assert scope is not None
+            context.log.info(f"the gold queries search the documents of {scope.label} only")
             unknown = set(config.configurations) - set(CONFIGURATIONS)
             if unknown:
                 raise ValueError(f"unknown configurations {sorted(unknown)}; known: {sorted(CONFIGURATIONS)}")
@@ -203,24 +263,30 @@ def retrieval_evaluation(
                 # The named configurations change the deployment's settings, not a learned configuration.
                 deployment = search.retriever(candidate.id).configured(search.retrieval_settings())
                 reports = evaluate_configurations(
-                    deployment, gold, {name: CONFIGURATIONS[name] for name in names}, progress=progress
+                    deployment,
+                    gold,
+                    {name: CONFIGURATIONS[name] for name in names},
+                    progress=progress,
+                    tenants=scope.tenants,
                 )
                 if served == TUNED:
                     context.log.info(f"evaluating the learned configuration as {TUNED!r}: {learned['reason']}")
                     tuned = RetrievalConfiguration.model_validate(learned["configuration"]).apply(deployment.settings)
                     reports |= evaluate_configurations(
-                        deployment.configured(tuned), gold, {TUNED: {}}, progress=progress
+                        deployment.configured(tuned), gold, {TUNED: {}}, progress=progress, tenants=scope.tenants
                     )
                 if judged.beside is not None:
                     # Generated gold beside curated gold: the served configuration, recorded, not gated.
                     context.log.info(f"measuring {served!r} on generated {describe(judged.beside)} too (not gated)")
                     served_deployment = deployment.configured(tuned) if served == TUNED else deployment
+                    beside_gold = judged.beside.as_gold_set()
                     beside = summarize(
                         evaluate_configurations(
                             served_deployment,
-                            judged.beside.as_gold_set(),
+                            beside_gold,
                             {served: {} if served == TUNED else CONFIGURATIONS[served]},
                             progress=progress,
+                            tenants=scope_of(catalog, candidate, beside_gold, judged.beside).tenants,
                         )[served]
                     )
             finally:
@@ -267,6 +333,25 @@ def retrieval_evaluation(
         candidate_queries=per_query,
         promoted_queries=promoted_queries or None,
         best_ever={metric: best_ever[metric] for metric in QUALITY_METRICS if metric in best_ever},
+        gold=f"gold of {scope.label}" if scope is not None else None,
+    )
+    before = promoted if promoted is not None and promoted.id != candidate.id else None
+    posted = _posted_since_promoted(catalog, candidate, before)
+    posted_rows = [
+        {
+            "tenant_id": tenant,
+            "sender": sender,
+            "operation": operation,
+            "documents": n,
+            "in_gold_scope": scope is not None and tenant in scope.tenants,
+        }
+        for (tenant, sender, operation), n in sorted(posted.items(), key=lambda item: str(item[0]))
+    ]
+    compared = promoted.id if previous and promoted is not None else None
+    explanation = (
+        _explain(decision, scope, posted, before.id if before else None)
+        if not decision.passed and scope is not None
+        else None
     )
     report_path = candidate.write_evaluation(
         {
@@ -290,22 +375,38 @@ def retrieval_evaluation(
             ),
             "runs": summary,
             "per_query": per_query,
-            "compared_with": promoted.id if previous and promoted is not None else None,
+            "compared_with": compared,
+            "gold_scope": list(scope.tenants) if scope is not None else None,
+            "posted_since_promoted": posted_rows,
             "gate": decision.model_dump(mode="json"),
+            "explanation": explanation,
         }
     )
     if not decision.passed:
-        versions.log("refused", version=candidate.id, reasons=decision.reasons)
-        context.log.error(f"candidate {candidate.id} refused: {'; '.join(decision.reasons)}")
+        versions.log(
+            "refused",
+            version=candidate.id,
+            reasons=decision.reasons,
+            gold_scope=list(scope.tenants) if scope is not None else None,
+            explanation=explanation,
+        )
+        context.log.error(f"candidate {candidate.id} refused: {explanation or '; '.join(decision.reasons)}")
+    posted_metadata: dict[str, Any] = (
+        {"posted_since_promoted": _table(pd.DataFrame(posted_rows, columns=list(_POSTED_COLUMNS)), _POSTED_COLUMNS)}
+        if posted_rows
+        else {}
+    )
     return MaterializeResult(
         metadata={
             **metadata,
             "gate_passed": decision.passed,
+            **({"gate_refusal": explanation} if explanation else {}),
+            **posted_metadata,
             "compared_with": _compared_with(promoted, candidate, previous),
             "report_path": str(report_path),
             "seconds": timer["seconds"],
             **({"gold": fingerprint} if fingerprint else {}),
-            "quality_history": _history_table(versions, deciding=candidate.id),
+            "quality_history": quality_history_table(versions, deciding=candidate.id),
         },
         check_results=[
             AssetCheckResult(
@@ -313,6 +414,8 @@ def retrieval_evaluation(
                 passed=decision.passed,
                 metadata={
                     "reasons": "; ".join(decision.reasons) or "all gates passed",
+                    **({"why": explanation} if explanation else {}),
+                    "gold_scope": scope.label if scope is not None else "(no gold)",
                     "gold": f"{judged.kind} gold {fingerprint}: {judged.source}" if fingerprint else "(none)",
                     "candidate_vs_promoted": _gate_table(decision),
                     "failed_gates": len(decision.reasons),
@@ -348,7 +451,13 @@ def promoted_index(
     if current is None or current.id != candidate.id:
         metrics = report["runs"].get(report.get("served") or report["default"])
         switch_serving(
-            versions, servers, candidate, reason="passed the promotion gate", metrics=metrics, gold=report.get("gold")
+            versions,
+            servers,
+            candidate,
+            reason="passed the promotion gate",
+            metrics=metrics,
+            gold=report.get("gold"),
+            gold_scope=report.get("gold_scope"),
         )
         context.log.info(f"promoted {candidate.id} (was {current.id if current else 'nothing'})")
     pruned = versions.prune(storage.keep_versions)
@@ -361,6 +470,6 @@ def promoted_index(
             "previous": current.id if current else "(none)",
             "changed": current is None or current.id != candidate.id,
             "pruned_versions": ", ".join(pruned) or "(none)",
-            "quality_history": _history_table(versions),
+            "quality_history": quality_history_table(versions),
         }
     )

@@ -11,6 +11,9 @@ runs with ``redraw`` (``gold_redraw_job``, ``retrieval-assets gold redraw``). Wi
 the generated set is kept too and measured beside it, not gated. When the multi_query LLM endpoint
 is set (``RETRIEVAL_LLM_BASE_URL``), a draw asks it for natural questions; the queries it fails on
 keep their known-item form, and the warnings say so.
+
+Gold belongs to its catalog, and is judged among its catalog's tenants only (``scope_of``,
+``core.evaluation.scope``); a draw leaves out documents that other tenants posted to the inbox.
 """
 
 
@@ -20,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from dagster import AssetExecutionContext, AssetIn, Config, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
@@ -27,8 +31,11 @@ from retrieval_assets.core.evaluation.gold.curated import load_curated
 from retrieval_assets.core.evaluation.gold.known_item import generate_known_item_gold
 from retrieval_assets.core.evaluation.gold.llm import with_llm_questions
 from retrieval_assets.core.evaluation.gold.model import GeneratedGold
+from retrieval_assets.core.evaluation.scope import GoldScope, gold_scope
 from retrieval_assets.core.evaluation.tuning import gold_fingerprint
+from retrieval_assets.core.index.versions import IndexVersion
 from retrieval_assets.core.ingest.catalog import GoldSet
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource, SearchResource
 
@@ -91,6 +98,47 @@ def catalog_gold(catalog: CatalogResource, storage: IndexStorageResource) -> Cat
     return CatalogGold(None, None, "none", None)
 
 
+def catalog_tenants(catalog: CatalogResource) -> list[str]:
+    """The tenants of the catalog's sources: the main catalog's and each extra source's (the inbox,
+    whose posts carry their own tenants, is not one)."""
+    return sorted({source.tenant_id for source in catalog.sources().values() if source.format != "inbox"})
+
+
+def _judged_tenants(version: IndexVersion, doc_ids: list[str]) -> dict[str, str]:
+    """The tenant of each of ``doc_ids`` that the version's lexical index holds ({} without one)."""
+    if not doc_ids or not version.layout.lexical.exists():
+        return {}
+    store = TantivyLexicalStore.open(version.layout.lexical)
+    try:
+        return {hit.doc_id: str(hit.payload.get("tenant_id", "default")) for hit in store.fetch_documents(doc_ids)}
+    finally:
+        store.close()
+
+
+def _inbox_posters(catalog: CatalogResource) -> dict[str, set[str]]:
+    """doc id -> the tenants that posted it through the document inbox."""
+    inbox = catalog.inbox()
+    posters: dict[str, set[str]] = {}
+    for entry in inbox.snapshot() if inbox is not None else []:
+        posters.setdefault(entry.doc_id, set()).add(entry.tenant_id)
+    return posters
+
+
+def scope_of(
+    catalog: CatalogResource, version: IndexVersion, gold: GoldSet, generated: GeneratedGold | None = None
+) -> GoldScope:
+    """The tenants ``gold`` (of ``catalog``; ``generated`` when it is the catalog's generated gold) is
+    judged among in ``version``: the catalog's, never a tenant known only from its inbox posts
+    (``core.evaluation.scope``)."""
+    judged = sorted({doc for relevant in gold.qrels.values() for doc in relevant})
+    drawn = (
+        {generated.query_doc[qid]: generated.tenant_of[qid] for qid in generated.queries if qid in generated.tenant_of}
+        if generated is not None
+        else {}
+    )
+    return gold_scope(catalog_tenants(catalog), _judged_tenants(version, judged), _inbox_posters(catalog), drawn)
+
+
 def retired_from(gold: GeneratedGold) -> tuple[set[str], set[str]]:
     """The gold sets (16-character fingerprints) ``gold`` came from by retiring queries only, since
     its last draw, and the queries whose judgements were pruned on the way: on the other queries
@@ -148,10 +196,30 @@ class GoldConfig(Config):
     )
 
 
+def _catalog_documents(frame: pd.DataFrame, catalog: CatalogResource) -> pd.DataFrame:
+    """``frame`` without the documents that tenants other than the catalog's sources' posted to the
+    inbox: gold belongs to the catalog, and another writer's posts must not become its queries."""
+    own = set(catalog_tenants(catalog))
+    posters = _inbox_posters(catalog)
+    foreign = {(doc_id, tenant) for doc_id, tenants in posters.items() for tenant in tenants if tenant not in own}
+    if not foreign:
+        return frame
+    keys = zip(frame["doc_id"].astype(str), frame["tenant_id"].astype(str), strict=True)
+    return frame[[key not in foreign for key in keys]]
+
+
 def _draw(
-    context: AssetExecutionContext, config: GoldConfig, search: SearchResource, documents: StoredTable
+    context: AssetExecutionContext,
+    config: GoldConfig,
+    search: SearchResource,
+    documents: StoredTable,
+    catalog: CatalogResource,
 ) -> GeneratedGold:
     frame = documents.read()
+    kept = _catalog_documents(frame, catalog)
+    if len(kept) < len(frame):
+        context.log.info(f"{len(frame) - len(kept)} documents other tenants posted to the inbox are not drawn from")
+    frame = kept
     gold = generate_known_item_gold(frame, seed=config.seed, size=config.size)
     base_url = search.multi_query.llm_base_url
     if not base_url:
@@ -199,7 +267,7 @@ def gold_queries(
     warnings: list[str] = []
     drawn = config.redraw or current is None
     if config.redraw or current is None:
-        generated = _draw(context, config, search, cleaned_documents)
+        generated = _draw(context, config, search, cleaned_documents, catalog)
         if not generated.queries:
             note = "; ".join(generated.warnings) or "no document could make a query"
             context.log.warning(f"no generated gold: {note}")

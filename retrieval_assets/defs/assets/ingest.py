@@ -228,7 +228,7 @@ def _per_source(
             "chunk_ids_unique",
             asset="chunks",
             blocking=True,
-            description="No two chunks share a chunk id: every id {doc_id}#{n} names one chunk.",
+            description="No two chunks share a chunk id: every id {tenant}/{doc_id}#{n} names one chunk.",
         ),
         AssetCheckSpec(
             "no_empty_chunk_text",
@@ -244,7 +244,7 @@ def chunks(
     storage: IndexStorageResource,
     cleaned_documents: pd.DataFrame,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
-    """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{doc_id}#{n}``;
+    """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{tenant}/{doc_id}#{n}``;
     documents unchanged since the last build keep their chunks (``core.ingest.memo``)."""
     settings = chunking.settings()
     with stopwatch() as timer:
@@ -256,7 +256,7 @@ def chunks(
         metadata={
             **table_metadata(frame),
             "chunks": len(frame),
-            "documents": int(frame["doc_id"].nunique()),
+            "documents": len(frame[["tenant_id", "doc_id"]].drop_duplicates()),  # ids are per tenant
             **memo_stats,
             "chunker": settings.kind,
             "window_words": settings.window_words,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.core.ingest.catalog import CatalogFormat, RawRow
-from retrieval_assets.core.ingest.cleaning import clean_rows
+from retrieval_assets.core.ingest.cleaning import clean_one
 from retrieval_assets.core.ingest.inbox import (
     ArchivedEntry,
     DocumentInbox,
@@ -25,7 +25,7 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOutcome,
     document_status,
 )
-from retrieval_assets.core.models import StoreHit
+from retrieval_assets.core.models import Document, QuarantineRecord, StoreHit
 from retrieval_assets.core.retrieval.service import SearchService
 from retrieval_assets.serving.auth import ApiKey, Authorizer
 from retrieval_assets.serving.errors import Quarantined
@@ -100,22 +100,23 @@ def document_routes(
         tenant_id = key.write_tenant(tenant, default_tenant) if key else tenant or default_tenant
         rows, batch = _document_rows(await request.body())
         # Each record alone: a later record for the same id supersedes an earlier one, as a later post does.
-        cleaned = await run_in_threadpool(lambda: [clean_rows([row], catalog_format, tenant_id) for row in rows])
-        rejected = [record for result in cleaned for record in result.quarantine]
+        cleaned = await run_in_threadpool(lambda: [clean_one(row, catalog_format, tenant_id) for row in rows])
+        rejected = [result for result in cleaned if isinstance(result, QuarantineRecord)]
         if rejected:
             raise Quarantined(rejected, batch)
+        documents = [result for result in cleaned if isinstance(result, Document)]
         records = [json.loads(row.raw) for row in rows]
         _check_records(RECORD_MODELS[catalog_format], records, batch)
         entries = [
             InboxEntry.new(
                 InboxOperation.UPSERT,
-                result.documents[0].doc_id,
+                document.doc_id,
                 tenant_id,
                 format=catalog_format,
                 record=record,
                 sender=key.id if key else None,
             )
-            for result, record in zip(cleaned, records, strict=True)
+            for document, record in zip(documents, records, strict=True)
         ]
         await run_in_threadpool(inbox.append, entries)
         return DocumentsAccepted(receipts=[DocumentReceipt.model_validate(entry.model_dump()) for entry in entries])

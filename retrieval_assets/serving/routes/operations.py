@@ -1,4 +1,5 @@
-"""The operations routes: ``GET /health`` (readiness, open to all) and ``GET /metrics`` (Prometheus, admin scope)."""
+"""The operations routes: ``GET /health`` (readiness; open to all, details with a key) and
+``GET /metrics`` (Prometheus, admin scope)."""
 
 from typing import Annotated
 
@@ -13,8 +14,8 @@ from retrieval_assets.serving.metrics import ServingMetrics
 def operation_routes(
     service: SearchService, metrics: ServingMetrics, caller: Authorizer, keys: ApiKeys | None
 ) -> APIRouter:
-    """``GET /metrics`` and ``GET /health`` over ``service``; with ``keys``, health's filter
-    fields are those of the caller's key's tenants."""
+    """``GET /metrics`` and ``GET /health`` over ``service``; with ``keys``, health says what
+    the caller's key may know (``get_health``)."""
     router = APIRouter()
 
     @router.get(
@@ -34,13 +35,20 @@ def operation_routes(
 
     @router.get("/health", response_model=Health, tags=["health"], responses={503: {"model": Health}})
     def get_health(request: Request) -> JSONResponse:
-        """Each backend's readiness and count, whether the vocabulary and graph are present, the
-        index version and its filter fields. Open to all; with keys configured, the filter fields
-        are those of the caller's key's tenants (none without a key)."""
+        """Whether the service is up and which index version serves; open to all. With keys
+        configured, only a caller with a key is told more: each backend's readiness and model,
+        vocabulary and graph, and the filter fields of its key's tenants; chunk counts, which
+        are every tenant's, only with the admin scope."""
         health = service.health()
         if keys is not None:
             key = keys.find(bearer_token(request.headers.get("authorization", "")))
-            health.filter_fields = (service.filter_fields(key.tenants) or {}) if key else {}
-        return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)
+            if key is None:
+                health = health.public()
+            else:
+                health.filter_fields = service.filter_fields(key.tenants) or {}
+                if not key.allows("admin"):
+                    health = health.without_counts()
+        body = {"version": None, **health.model_dump(exclude_none=True)}  # "no version serves" is said too
+        return JSONResponse(body, status_code=200 if health.status == "ok" else 503)
 
     return router

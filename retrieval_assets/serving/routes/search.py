@@ -27,6 +27,7 @@ from retrieval_assets.serving.metrics import ServingMetrics
 from retrieval_assets.serving.schemas import (
     CONTEXT_METADATA_ADAPTER,
     FILTERS_ADAPTER,
+    MAX_SEARCH_BODY_BYTES,
     ErrorBody,
     FilterRange,
     SearchBody,
@@ -61,7 +62,13 @@ def search_routes(service: SearchService, metrics: ServingMetrics, caller: Autho
         metrics.observe_result(result)
         return result
 
-    @router.post("/search", response_model=RetrievalResult, tags=["search"], responses=SEARCH_ERRORS)
+    @router.post(
+        "/search",
+        response_model=RetrievalResult,
+        tags=["search"],
+        responses=SEARCH_ERRORS,
+        max_body_size=MAX_SEARCH_BODY_BYTES,
+    )
     def post_search(body: SearchBody, key: Annotated[ApiKey | None, Depends(caller("search"))]) -> Response:
         """Hybrid search; the result carries each hit's per-strategy scores and ranks."""
         result = _search(granted(body.to_request(_plain_filters(body.filters), body.context_metadata), key))
@@ -80,7 +87,13 @@ def search_routes(service: SearchService, metrics: ServingMetrics, caller: Autho
         return _search(granted(params.to_request(_plain_filters(filters), context_metadata), key))
 
     # Its error answers are JSON, not events: the OpenAPI contract documents them so.
-    @router.get("/search/stream", response_class=EventSourceResponse, tags=["search"], responses=SEARCH_ERRORS)
+    @router.get(
+        "/search/stream",
+        response_class=EventSourceResponse,
+        tags=["search"],
+        responses=SEARCH_ERRORS,
+        max_body_size=MAX_SEARCH_BODY_BYTES,
+    )
     def get_search_stream(result: Annotated[RetrievalResult, Depends(stream_result)]) -> Iterator[ServerSentEvent]:
         """Server-Sent Events: ``meta`` (query, strategies, fusion, count, timings), one ``hit`` per hit, ``done``."""
         # The search runs in the dependency, so a bad request is a 422 before the stream opens.

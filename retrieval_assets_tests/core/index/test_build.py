@@ -64,9 +64,9 @@ def test_backends_without_a_matching_listing_are_listed(built) -> None:
     assert checked_backend_chunk_ids(version, expected) == backend_chunk_ids(version)
 
     # A listing recorded before tantivy lost a chunk no longer describes the build's chunk ids.
-    _record_all(version, expected - {"d0#0"})
+    _record_all(version, expected - {"default/d0#0"})
     with TantivyLexicalStore.open(version.layout.lexical) as store:
-        store.delete(["d0#0"])
+        store.delete(["default/d0#0"])
     held = checked_backend_chunk_ids(version, expected)
     assert backend_differences(held, expected)["tantivy"] == {"missing": 1, "unexpected": 0}
     assert held["faiss"] == held["qdrant"] == expected
@@ -79,7 +79,7 @@ def test_the_seal_checks_the_backends_against_the_candidates_chunk_table(built) 
     held = backend_chunk_ids(version)
     # A backend short of one chunk of the table: the version is not sealed.
     with pytest.raises(IndexConsistencyError, match="'tantivy': {'missing': 1, 'unexpected': 0}"):
-        seal_candidate(versions, version, "fingerprint", {**held, "tantivy": held["tantivy"] - {"d0#0"}})
+        seal_candidate(versions, version, "fingerprint", {**held, "tantivy": held["tantivy"] - {"default/d0#0"}})
     assert not version.sealed
     manifest = seal_candidate(versions, version, "fingerprint", held)
     assert version.sealed and (manifest["chunks"], manifest["documents"]) == (len(chunks), chunks["doc_id"].nunique())

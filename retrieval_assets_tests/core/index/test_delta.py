@@ -30,13 +30,18 @@ from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
 from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.core.models import Chunk
+from retrieval_assets.core.retrieval.retriever import HybridRetriever
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 SETTINGS = "settings-1"
 DOCUMENTS = 20
 
 
-def _chunks(overrides: dict[str, dict] | None = None, drop: tuple[str, ...] = (), add: int = 0) -> pd.DataFrame:
-    """One chunk per document with a year and topics; ``overrides`` replace a document's fields."""
+def _chunks(
+    overrides: dict[str, dict] | None = None, drop: tuple[str, ...] = (), add: int = 0, *, legacy_ids: bool = False
+) -> pd.DataFrame:
+    """One chunk per document with a year and topics; ``overrides`` replace a document's fields.
+    ``legacy_ids``: chunk ids as versions built before ids named their tenant had them."""
     chunks = []
     for n in range(DOCUMENTS + add):
         doc_id = f"d{n}"
@@ -51,7 +56,13 @@ def _chunks(overrides: dict[str, dict] | None = None, drop: tuple[str, ...] = ()
             **(overrides or {}).get(doc_id, {}),
         }
         chunks.append(
-            Chunk(chunk_id=f"{doc_id}#0", doc_id=doc_id, ordinal=0, content_hash=f"h{n}-{fields['text']}", **fields)
+            Chunk(
+                chunk_id=f"{doc_id}#0" if legacy_ids else Chunk.make_id(doc_id, 0, tenant_id="default"),
+                doc_id=doc_id,
+                ordinal=0,
+                content_hash=f"h{n}-{fields['text']}",
+                **fields,
+            )
         )
     return chunks_to_frame(chunks)
 
@@ -105,10 +116,35 @@ def test_plan_names_upserted_and_deleted_chunks(base: IndexVersion) -> None:
     plan = decision.plan
     assert plan is not None and plan.base == base.id
     assert (plan.upserted, plan.deleted, plan.documents) == (
-        ("d1#0", "d2#0", "d20#0"), ("d3#0",), ("d1", "d2", "d20", "d3")
+        ("default/d1#0", "default/d2#0", "default/d20#0"), ("default/d3#0",), ("d1", "d2", "d20", "d3")
     )
     assert plan.changed_fraction == pytest.approx(4 / 20)
     assert decision.reason.startswith(f"delta from {base.id}: 3 chunks upserted, 1 deleted")
+
+
+def test_a_version_with_chunk_ids_not_qualified_by_tenant_is_built_from_in_full(tmp_path: Path) -> None:
+    """A version built before chunk ids named their tenant keeps serving as it is, but a delta
+    from it would replace every chunk: the next build is a full one and says why."""
+    old = _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks(legacy_ids=True))
+    decision = decide_build(_chunks(), SETTINGS, old, max_changed_fraction=1.0)
+    assert decision.plan is None
+    assert decision.reason.startswith(f"the promoted version {old.id} predates chunk ids qualified by tenant")
+
+
+def test_a_version_with_chunk_ids_not_qualified_by_tenant_still_serves(tmp_path: Path) -> None:
+    """Opened as it is, such a version answers as it did: one hit per document, its chunk ids
+    unchanged, and a document id still names a document (more like this, look-ups)."""
+    old = _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks(legacy_ids=True))
+    lexical = TantivyLexicalStore.open(old.layout.lexical)
+    with HybridRetriever(
+        dense_encoder=None, sparse_encoder=None, dense_store=None, sparse_store=None, lexical_store=lexical
+    ) as retriever:
+        result = retriever.search("aligns reads against genomes", top_k=30, strategies=["bm25"], rerank=False)
+        assert len(result.hits) == DOCUMENTS == len({hit.doc_id for hit in result.hits})
+        assert all(hit.chunk_id == f"{hit.doc_id}#0" for hit in result.hits)
+        like = retriever.search("d7", top_k=5, strategies=["bm25"], rerank=False)
+        assert like.diagnostics["more_like_this"] == "d7" and "d7" not in {hit.doc_id for hit in like.hits}
+        assert [hit.chunk_id for hit in lexical.fetch_documents(["d3"])] == ["d3#0"]
 
 
 def test_above_the_threshold_or_without_a_base_is_a_full_build(base: IndexVersion) -> None:

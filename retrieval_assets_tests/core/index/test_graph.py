@@ -16,6 +16,7 @@ from retrieval_assets.core.index.graph import (
     build_tool_graph,
     collect_frame_graph,
     collect_tool_graph,
+    document_tenants,
     domain_node,
     edge_violations,
     graph_summary,
@@ -131,13 +132,38 @@ def test_summary_counts(build) -> None:
 
 
 def test_edge_violations(build, documents: list[Document]) -> None:
-    tenant_of = {doc.doc_id: doc.tenant_id for doc in documents}
+    tenant_of = document_tenants(documents)
     assert edge_violations(build.edges, tenant_of) == {"unknown_tool": 0, "cross_tenant": 0}
     leaky = pd.DataFrame(
         [("gatk", "freebayes", "compatible_with", "default"), ("gatk", "openjdk", "requires", "default")],
         columns=EDGE_COLUMNS,
     )
     assert edge_violations(leaky, tenant_of) == {"unknown_tool": 1, "cross_tenant": 1}
+
+
+def test_two_tenants_may_hold_the_same_tool_id() -> None:
+    """Ids live in a tenant's namespace: each tenant's ``bwa`` is its own tool, a relation names
+    its own tenant's tool, and one that only another tenant holds is cross_tenant."""
+    docs = [
+        Document(doc_id="bwa", text="Aligner.", tenant_id="alpha", metadata={"relations.requires": ["samtools"]}),
+        Document(doc_id="samtools", text="SAM tools.", tenant_id="alpha", metadata={"topics": ["Mapping"]}),
+        Document(doc_id="bwa", text="Aligner.", tenant_id="beta", metadata={"relations.requires": ["samtools"]}),
+        Document(doc_id="picard", text="Picard.", tenant_id="beta", metadata={"relations.requires": ["bwa"]}),
+    ]
+    build = collect_tool_graph(docs)
+    assert _edges(build.edges) == {
+        ("bwa", "samtools", "requires", "alpha"),
+        ("samtools", "topic:Mapping", IN_DOMAIN, "alpha"),
+        ("picard", "bwa", "requires", "beta"),
+    }
+    assert build.dropped[DropReason.CROSS_TENANT] == 1  # beta's bwa -> samtools, which only alpha holds
+    assert edge_violations(build.edges, document_tenants(docs)) == {"unknown_tool": 0, "cross_tenant": 0}
+    assert collect_frame_graph(documents_to_frame(docs)).edges.equals(build.edges)
+    summary = graph_summary(build.edges, dropped=build.dropped, documents=len(docs))
+    assert summary.tools == 4 and summary.tenants == 2  # bwa twice: one per tenant
+    assert {(t.tenant_id, t.doc_id) for t in summary.top_degree} >= {("alpha", "bwa"), ("beta", "bwa")}
+    crossing = pd.DataFrame([("bwa", "samtools", "requires", "beta")], columns=EDGE_COLUMNS)
+    assert edge_violations(crossing, document_tenants(docs)) == {"unknown_tool": 0, "cross_tenant": 1}
 
 
 def test_documents_without_relations_or_topics_give_an_empty_graph() -> None:

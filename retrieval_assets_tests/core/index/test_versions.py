@@ -10,7 +10,7 @@ import pytest
 
 from retrieval_assets.core.embed.base import DenseEncoder
 from retrieval_assets.core.evaluation.gate import GateSettings, decide
-from retrieval_assets.core.index.versions import IndexVersions, VersionError
+from retrieval_assets.core.index.versions import IndexVersions, RefusedVersionError, VersionError
 from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.defs.resources import IndexStorageResource, ModelResource, SearchResource
 from retrieval_assets_tests import TEST_DATA
@@ -52,6 +52,32 @@ def test_promote_rollback_and_prune(tmp_path: Path) -> None:
         versions.rollback(to=v2.id)
     with pytest.raises(VersionError, match="not a version id"):
         versions.version("../outside")
+
+
+def test_a_rollback_to_a_version_the_gate_refused_needs_force_and_is_recorded(tmp_path: Path) -> None:
+    versions = IndexVersions(tmp_path)
+    refused, good = _sealed(versions, "a" * 64), _sealed(versions, "b" * 64)
+    refused.write_evaluation({"gate": {"passed": False, "reasons": ["gold of tenant acme: ndcg@10 0.5 fell"]}})
+    good.write_evaluation({"gate": {"passed": True, "reasons": []}})
+    versions.promote(good, reason="passed the promotion gate")
+
+    with pytest.raises(RefusedVersionError, match=r"refused .*gold of tenant acme: ndcg@10 0\.5 fell.*force"):
+        versions.rollback(to=refused.id)
+    assert versions.promoted() == good and [e["event"] for e in versions.history()] == ["promoted"]
+
+    assert versions.rollback(to=refused.id, force=True, by="alice", why="the new model broke search") == refused
+    pointer = versions.pointer()
+    assert pointer["forced"] and pointer["forced_by"] == "alice"
+    assert pointer["reason"] == f"forced rollback from {good.id}"
+    [event] = [e for e in versions.history() if e["event"] == "rolled_back"]
+    assert event["forced"] and event["gate"] == "refused" and event["forced_why"] == "the new model broke search"
+    assert event["gate_reasons"] == ["gold of tenant acme: ndcg@10 0.5 fell"]
+    rows = {row["version"]: row for row in versions.quality_history()}
+    assert rows[refused.id]["promoted"] and rows[refused.id]["gate"] == "refused"
+    assert rows[refused.id]["forced_rollback"].startswith(f"forced at {event['at']} by alice: the new model broke")
+    assert rows[good.id]["forced_rollback"] is None
+    # Back to a version the gate passed needs nothing, and is no forced rollback.
+    assert versions.rollback() == good and not versions.pointer().get("forced")
 
 
 def test_pointer_is_replaced_whole(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from retrieval_assets.core.index.vocabulary import (
     build_vocabulary,
     chunk_texts,
     count_terms,
+    select_terms,
     update_term_counts,
 )
 from retrieval_assets.core.io.tables import chunks_to_frame
@@ -137,3 +138,24 @@ def test_updated_counts_equal_a_recount_across_upserts_deletes_and_tenant_moves(
         chunk_texts(new[new["doc_id"].isin(changed)]),
     )
     pd.testing.assert_frame_equal(updated, count_terms(chunk_texts(new)))
+
+
+def test_which_terms_a_tenant_gets_and_their_weights_come_from_its_own_documents() -> None:
+    """"genome" is in one alpha document and five beta ones: with two documents needed, alpha is
+    not offered it (as if beta had none), beta is; feedback weights count the scope's documents."""
+    documents = {"a1": ("alpha", "Scan viewer", "Displays genome scans."), "a2": ("alpha", "Scan tool", "Scans.")}
+    documents |= {f"b{n}": ("beta", f"Tool {n}", "Maps genome reads.") for n in range(5)}
+    counts = count_terms(chunk_texts(_chunks(documents)))
+    settings = VocabularySettings(min_doc_freq=2)
+    alone = count_terms(chunk_texts(_chunks({k: v for k, v in documents.items() if v[0] == "alpha"})))
+    selected = select_terms(counts, settings).set_index("term")
+    assert list(selected.loc["genome", "tenants"]) == ["beta"] and list(selected.loc["scan", "tenants"]) == ["alpha"]
+    assert set(select_terms(alone, settings)["term"]) == {
+        term for term, tenants in selected["tenants"].items() if "alpha" in tenants
+    }
+    frame = select_terms(counts, settings).assign(embedding=lambda f: [[1.0, 0.0]] * len(f))
+    vocabulary = VocabularyIndex.from_frame(frame)
+    assert vocabulary.doc_freq_in(["beta"])["genome"] == 5 and "genome" not in vocabulary.doc_freq_in(["alpha"])
+    assert vocabulary.doc_freq_in(None)["genome"] == 6
+    legacy = VocabularyIndex.from_frame(frame.drop(columns=["tenant_doc_freq"]))
+    assert legacy.doc_freq_in(["alpha"]) is None  # no per-tenant counts: a scoped query gets no feedback terms

@@ -14,7 +14,7 @@ from retrieval_assets.core.ingest.chunking import (
     split_sections,
 )
 from retrieval_assets.core.io.tables import CHUNK_COLUMNS, chunk_payloads, chunks_to_frame, frame_to_chunks
-from retrieval_assets.core.models import Chunk, Document
+from retrieval_assets.core.models import Chunk, Document, chunk_document, document_key
 
 
 def _words(n: int, prefix: str = "w") -> str:
@@ -39,7 +39,7 @@ def test_sliding_windows_are_exact(n_words: int, expected: list[str]) -> None:
     chunks = SlidingWindowChunker(window_words=4, overlap_words=1).chunk(_doc(_words(n_words)))
     assert [c.text for c in chunks] == expected
     assert [c.ordinal for c in chunks] == list(range(len(expected)))
-    assert [c.chunk_id for c in chunks] == [f"d1#{i}" for i in range(len(expected))]
+    assert [c.chunk_id for c in chunks] == [f"default/d1#{i}" for i in range(len(expected))]
     assert all(c.section == "body" for c in chunks)
 
 
@@ -161,7 +161,7 @@ def test_sections_are_windowed_separately() -> None:
         ("methods", "m5 m6"),
         ("results", "Results r0 r1 r2"),
     ]
-    assert [c.chunk_id for c in chunks] == ["d1#0", "d1#1", "d1#2", "d1#3"]
+    assert [c.chunk_id for c in chunks] == ["default/d1#0", "default/d1#1", "default/d1#2", "default/d1#3"]
 
 
 def test_heading_free_document_matches_sliding_window() -> None:
@@ -188,7 +188,7 @@ def test_chunk_payloads_are_flat() -> None:
     (payload,) = chunk_payloads(chunks_to_frame(SectionAwareChunker().chunk(doc)))
     assert payload == {
         "doc_id": "d1",
-        "chunk_id": "d1#0",
+        "chunk_id": "default/d1#0",
         "tenant_id": "default",
         "section": "methods",
         "title": "Paper",
@@ -244,3 +244,22 @@ def test_a_document_without_pages_has_no_page_metadata() -> None:
     (chunk,) = SectionAwareChunker(window_words=50, overlap_words=0).chunk(doc)
     assert (chunk.section, chunk.text) == ("Usage", "run it then stop")
     assert "page_start" not in chunk.metadata
+
+
+def test_chunk_ids_name_the_tenant_so_two_tenants_may_hold_an_id() -> None:
+    """Ids live in a tenant's namespace: the same document id of two tenants gives distinct chunk
+    ids, with the tenant percent-encoded so that no (tenant, id) pair can pass for another."""
+    chunker = SlidingWindowChunker(window_words=4, overlap_words=1)
+    ids = {
+        tenant: [c.chunk_id for c in chunker.chunk(_doc(_words(6), tenant_id=tenant))]
+        for tenant in ("alpha", "beta", "a/b", "a%2Fb")
+    }
+    assert ids["alpha"] == ["alpha/d1#0", "alpha/d1#1"] and ids["beta"] == ["beta/d1#0", "beta/d1#1"]
+    assert ids["a/b"][0] == "a%2Fb/d1#0" and ids["a%2Fb"][0] == "a%252Fb/d1#0"
+    assert len({chunk_id for tenant_ids in ids.values() for chunk_id in tenant_ids}) == 8
+    # Tenant "a" with id "b/c" and tenant "a/b" with id "c" stay apart.
+    assert Chunk.make_id("b/c", 0, tenant_id="a") != Chunk.make_id("c", 0, tenant_id="a/b")
+    # The document a chunk id names: tenant-qualified, or the bare id for a version built before.
+    assert chunk_document("alpha/d1#3", "d1") == document_key("alpha", "d1") == "alpha/d1"
+    assert chunk_document("d1#3", "d1") == "d1" and chunk_document("c1", "c1") == "c1"
+    assert chunk_document("a#b#0", "a#b") == "a#b" and chunk_document("t/a#b#0", "a#b") == "t/a#b"

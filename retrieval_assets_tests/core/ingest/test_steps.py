@@ -61,7 +61,7 @@ def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_acco
         _delete(second),
         _delete("never-existed"),
         _upsert("posted-1", "The new abstract, corrected."),
-        _upsert(first, "Another tenant may not take an id that the catalog holds.", tenant="acme"),
+        _upsert(first, "Another tenant holds the same id in its own namespace.", tenant="acme"),
         _upsert("posted-2", ""),  # empty text: rejected with the cleaning reason
     ]
     raw, cleaned = _clean_with_inbox(tmp_path, entries)
@@ -69,10 +69,11 @@ def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_acco
     by_key = {(d.tenant_id, d.doc_id): d for d in frame_to_documents(cleaned.documents)}
     assert by_key[("default", "posted-1")].text == "The new abstract, corrected."
     assert by_key[("default", first)].text == "The first document, rewritten."
-    assert ("default", second) not in by_key and ("acme", first) not in by_key
-    assert len(cleaned.documents) == len(catalog_only.documents)  # one added, one deleted
+    assert ("default", second) not in by_key
+    assert by_key[("acme", first)].text == "Another tenant holds the same id in its own namespace."
+    assert len(cleaned.documents) == len(catalog_only.documents) + 1  # two added, one deleted
     # A replaced document keeps its place, a deleted one leaves it, an added one comes last.
-    expected_order = [first, *catalog_only.documents["doc_id"].iloc[2:], "posted-1"]
+    expected_order = [first, *catalog_only.documents["doc_id"].iloc[2:], "posted-1", first]
     assert cleaned.documents["doc_id"].tolist() == expected_order
     assert len(raw) == len(cleaned.documents) + len(cleaned.quarantine) + cleaned.superseded + cleaned.tombstones
     assert cleaned.superseded == 3 and cleaned.tombstones == 2
@@ -80,10 +81,59 @@ def test_inbox_upserts_and_deletes_apply_after_the_catalog_and_every_row_is_acco
     outcomes = {(r["doc_id"], r["tenant_id"], r["operation"]): (r["outcome"], r["reason"]) for r in cleaned.receipts}
     assert [r["receipt"] for r in cleaned.receipts] == [e.receipt for e in entries]
     assert outcomes[(second, "default", "delete")] == (InboxOutcome.DELETED, None)
-    assert outcomes[(first, "acme", "upsert")] == (InboxOutcome.REJECTED, "duplicate_id")
+    assert outcomes[(first, "acme", "upsert")] == (InboxOutcome.INDEXED, None)
     assert outcomes[("posted-2", "default", "upsert")] == (InboxOutcome.REJECTED, "empty_text")
     rejected = {q.doc_id: q for q in cleaned.quarantine if q.source == str(tmp_path / "inbox")}
-    assert set(rejected) == {first, "posted-2"} and rejected["posted-2"].reason == "empty_text"
+    assert set(rejected) == {"posted-2"} and rejected["posted-2"].reason == "empty_text"
+
+
+def test_ids_live_in_a_tenants_namespace_across_catalogs_and_the_inbox(tmp_path: Path) -> None:
+    """Two tenants' catalogs (and one catalog naming two tenants) may hold the same id, and both
+    documents are kept with distinct chunk ids; within one tenant a repeated id is duplicate_id,
+    whether the repeat is in the same catalog, another catalog or the inbox replaces it."""
+    shared = {"id": "shared", "name": "Shared", "description": "An aligner for long reads."}
+    main = tmp_path / "main.jsonl"
+    main.write_text(
+        "".join(
+            json.dumps(record) + "\n"
+            for record in [
+                {**shared, "tenant_id": "alpha"},
+                {**shared, "tenant_id": "beta", "description": "A variant caller for short reads."},
+                {**shared, "tenant_id": "alpha", "description": "alpha's second 'shared': a duplicate."},
+            ]
+        )
+    )
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({**shared, "description": "gamma's own shared tool."}) + "\n")
+    again = tmp_path / "again.jsonl"
+    again.write_text(json.dumps({**shared, "description": "alpha's shared once more."}) + "\n")
+    inbox = DocumentInbox(tmp_path / "inbox")
+    inbox.append([_upsert("shared", "beta's shared, replaced through the inbox.", tenant="beta")])
+    sources = [
+        CatalogSource(format="tool_catalog", path=str(main)),
+        CatalogSource(format="tool_catalog", path=str(other), tenant_id="gamma"),
+        CatalogSource(format="tool_catalog", path=str(again), tenant_id="alpha"),
+        CatalogSource(format="inbox", path=str(inbox.directory)),
+    ]
+    raw = read_raw_catalogs({str(i): source for i, source in enumerate(sources)})[0]
+    cleaned = clean_catalogs(raw, sources)
+
+    texts = {(d.tenant_id, d.doc_id): d.text for d in frame_to_documents(cleaned.documents)}
+    assert texts == {
+        ("alpha", "shared"): "An aligner for long reads.",
+        ("beta", "shared"): "beta's shared, replaced through the inbox.",
+        ("gamma", "shared"): "gamma's own shared tool.",
+    }
+    assert [r["outcome"] for r in cleaned.receipts] == [InboxOutcome.INDEXED]
+    duplicates = [(q.source, q.line_number, q.reason) for q in cleaned.quarantine]
+    assert duplicates == [(str(main), 3, "duplicate_id"), (str(again), None, "duplicate_id")]
+    assert "tenant 'alpha' already holds this id" in cleaned.quarantine[1].detail
+    assert cleaned.stats.rows_quarantined == 2 and cleaned.stats.by_reason["duplicate_id"] == 2
+    assert cleaned.by_source[str(again)].rows_kept == 0 and cleaned.by_source[str(again)].rows_quarantined == 1
+    assert len(raw) == len(cleaned.documents) + len(cleaned.quarantine) + cleaned.superseded + cleaned.tombstones
+
+    chunks, _ = chunk_frame(cleaned.documents, ChunkingSettings())
+    assert sorted(chunks["chunk_id"]) == ["alpha/shared#0", "beta/shared#0", "gamma/shared#0"]
 
 
 def test_archived_entries_are_replayed_before_pending_ones(tmp_path: Path) -> None:

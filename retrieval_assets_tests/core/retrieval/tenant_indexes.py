@@ -43,6 +43,8 @@ TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 TENANTS = ("alpha", "beta", "gamma")
 SECRET_ENV = "RETRIEVAL_ASSETS_TEST_LLM_KEY"
 SECRET = "sk-test-9f3c1e7a-do-not-log"
+# Only gamma's imaging tools have a venue: "in <it>" is a filter for gamma and text for the others.
+GAMMA_VENUE = "GammaImagingVenue"
 AUTHORS = (["Heng Li", "Richard Durbin"], ["Ben Langmead", "Steven L. Salzberg"], ["John Smith", "Jane Doe"])
 IMAGING = [
     (
@@ -58,8 +60,9 @@ IMAGING = [
 
 def tenant_records() -> list[dict[str, Any]]:
     """alpha: the 18 bio.tools-style tools; beta: 8 of them again, relations half local, half
-    pointing at alpha's ids; gamma: imaging tools plus 2 more copies. Every tenant has tools by
-    Smith, from 2019 on and before, so NL filters keep results in every tenant."""
+    pointing at alpha's ids; gamma: imaging tools (the only ones with a venue) plus 2 more copies.
+    Every tenant has tools by Smith, from 2019 on and before, so NL filters keep results in every
+    tenant."""
     base = [json.loads(line) for line in TOOLS.read_text().splitlines()]
     records = []
     for i, tool in enumerate(base):
@@ -76,7 +79,10 @@ def tenant_records() -> list[dict[str, Any]]:
             }
             records.append({**tool, "id": f"{prefix}-{tool['id']}", "tenant_id": tenant, "relations": relations})
     for i, (tool_id, name, description, fmt) in enumerate(IMAGING):
-        metadata = {"topics": ["Medical imaging"], "formats": [fmt], "year": 2015 + 3 * i, "authors": AUTHORS[i]}
+        metadata = {
+            "topics": ["Medical imaging"], "formats": [fmt], "year": 2015 + 3 * i, "authors": AUTHORS[i],
+            "venue": GAMMA_VENUE,
+        }  # fmt: skip
         records.append(
             {"id": tool_id, "name": name, "description": description, "tenant_id": "gamma", "metadata": metadata}
         )

@@ -133,12 +133,29 @@ def test_tenant_isolation(graph: ToolGraph, documents: list[Document]) -> None:
     assert all((hit.tenant_id == "lab-b") == (hit.via == "freebayes") for hit in mixed)
 
 
-def test_a_tool_id_under_two_tenants_is_refused() -> None:
+def test_a_tool_id_under_two_tenants_is_two_tools() -> None:
+    """Ids live in a tenant's namespace: ``a`` and ``b`` of t1 and t2 are four tools, and a walk
+    from a seed stays in the seed's own tenant (``seed_tenants``), never crossing by a shared id."""
     edges = pd.DataFrame(
-        [("a", "b", "requires", "t1"), ("b", "c", "requires", "t2")], columns=EDGE_COLUMNS
+        [("a", "b", "requires", "t1"), ("b", "c", "requires", "t2"), ("a", "d", "requires", "t2")],
+        columns=EDGE_COLUMNS,
     ).astype("string")
-    with pytest.raises(ValueError, match="tenants"):
-        ToolGraph.from_edges(edges)
+    graph = ToolGraph.from_edges(edges)
+    assert graph.tenants == ["t1", "t2"] and "a" in graph and "b" in graph
+
+    def walked(seeds, tenant_id=None, seed_tenants=None) -> set[tuple[str, str]]:
+        hits = graph.expand(seeds, tenant_id=tenant_id, seed_tenants=seed_tenants, max_nodes=100)
+        return {(hit.tenant_id, hit.doc_id) for hit in hits}
+
+    assert walked([("a", 1.0)], tenant_id="t1") == {("t1", "b")}
+    assert walked([("a", 1.0)], tenant_id="t2") == {("t2", "d")}
+    assert walked([("a", 1.0)]) == set()  # two tenants hold it, and neither is named
+    assert walked([("a", 1.0)], seed_tenants=["t2"]) == {("t2", "d")}
+    assert walked([("b", 1.0)], seed_tenants=["t1"]) == {("t1", "a")}
+    assert walked([("b", 1.0), ("b", 0.5)], seed_tenants=["t1", "t2"]) == {("t1", "a"), ("t2", "c")}
+    assert walked([("c", 1.0)], tenant_id="t1", seed_tenants=["t2"]) == set()  # outside tenant_id
+    with pytest.raises(ValueError, match="seed tenants"):
+        graph.expand([("a", 1.0)], tenant_id=None, seed_tenants=[])
 
 
 def test_seeds_are_not_returned(graph: ToolGraph) -> None:

@@ -367,7 +367,7 @@ def acl_retriever(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HybridRe
         lexical_store=lexical,
         settings=settings,
         nl_filter_settings=settings.nl_filters.model_copy(update={"known_venues": frozenset(facets["venue"])}),
-        filterable_fields={"doc_id", "tenant_id", *lexical.field_types},
+        filterable_fields=lambda _: {"doc_id", "tenant_id", *lexical.field_types},
     )
     yield retriever
     retriever.close()

