@@ -36,6 +36,7 @@ from retrieval_assets.core.query import control_tags, nl_filters
 from retrieval_assets.core.retrieval import retriever, service
 from retrieval_assets.core.stores import base as stores_base
 from retrieval_assets.core.stores import filters
+from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 from retrieval_assets.defs.resources import GraphConfig, RerankConfig, SearchResource
 from retrieval_assets.serving import app as http_app
 from retrieval_assets.serving import auth, create_app, errors, openapi, schemas
@@ -700,6 +701,28 @@ def test_a_venue_only_another_tenant_holds_stays_text(client: TestClient) -> Non
     gamma = _search(client, "gamma-admin", query=query, rerank=False)
     assert {"field": "venue", "any_of": [GAMMA_VENUE]} in gamma["diagnostics"]["filters"]
     assert gamma["hits"] and gamma["diagnostics"]["query"] == "medical image viewer"
+
+
+@pytest.mark.parametrize("query", ["sequence alignment reads", "genome variant calling", "quality control"])
+def test_bm25_scores_count_only_the_grants_documents(client: TestClient, tmp_path: Path, query: str) -> None:
+    """Scoped to alpha, every BM25 score is what an index of alpha's documents alone gives, bit
+    for bit: no score ratio of a shared and a private word can count another tenant's documents."""
+    lexical = client.app.state.service._lexical_store()
+    alpha_ids = sorted({d.doc_id for d in DOCUMENTS if d.tenant == "alpha" and not d.doc_id.startswith("pending-")})
+    alpha = filters.parse_filters({"tenant_id": "alpha"})
+    payloads = [hit.payload for hit in lexical.fetch_documents(alpha_ids, alpha)]
+    assert len(payloads) == len(alpha_ids) == lexical.count_tenants(["alpha"])  # one chunk per tool
+    alone = TantivyLexicalStore.create(tmp_path / "alpha_only", field_types=lexical.field_types)
+    alone.add(payloads)
+    alone.finalize()
+    answer = _search(client, "alpha-search", query=query, strategies=["bm25"], rerank=False, expand=False, top_k=50)
+    scores = [(hit["doc_id"], hit["strategy_scores"].get("bm25")) for hit in answer["hits"]]  # graph walks: none
+    served = {doc_id: score["score"] for doc_id, score in scores if score is not None}
+    # The retriever retries a query with few hits with expansion terms: score the same terms.
+    terms = answer["diagnostics"]["expansion"][-1]["expansion_terms"]
+    expected = {hit.doc_id: hit.score for hit in alone.search_text(query, 50, expansion_terms=terms)}
+    assert served and served == pytest.approx(expected, rel=0, abs=1e-6)
+    alone.close()
 
 
 def test_health_tells_each_caller_only_what_its_key_may_know(client: TestClient) -> None:
