@@ -188,6 +188,7 @@ def test_two_catalogs_and_the_inbox_hold_the_same_id_for_different_tenants_and_a
     # alpha-dup twice in one catalog, gamma-only in two catalogs of gamma: the only quarantined rows.
     assert cleaned["quarantined"] == 2 and cleaned["quarantined/duplicate_id"] == 2
     assert built.first.documents == 18 and chunks["chunks"] == 18
+    assert built.version.manifest()["documents"] == 18  # each tenant's shared-tool counted apart
     outcomes = {(e.tenant_id, e.doc_id): (e.outcome, e.reason) for e in DocumentInbox.under(built.home).archived()}
     assert outcomes == {(tenant, record["id"]): (InboxOutcome.INDEXED, None) for tenant, record in POSTS}
     # The knowledge graph holds each tenant's shared-tool, apart.

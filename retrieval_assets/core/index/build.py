@@ -23,7 +23,7 @@ from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
-from retrieval_assets.core.models import SparseVector
+from retrieval_assets.core.models import SparseVector, chunk_document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
 from retrieval_assets.core.settings import VocabularySettings
@@ -336,7 +336,9 @@ def seal_candidate(
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
     fault_point("seal")
-    return versions.seal(version, fingerprint, chunks=len(expected), documents=int(table["doc_id"].nunique()), **facts)
+    # Two tenants may hold the same id: a document is its (tenant, id), which its chunk id names.
+    documents = len({chunk_document(c, d) for c, d in zip(table["chunk_id"], table["doc_id"], strict=True)})
+    return versions.seal(version, fingerprint, chunks=len(expected), documents=documents, **facts)
 
 
 def publish_graph(graph: GraphBuild, tenant_of: Mapping[str, str], path: Path) -> dict[str, int]:
