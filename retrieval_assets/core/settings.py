@@ -17,6 +17,7 @@ from retrieval_assets.core.index.graph import DEFAULT_DOMAIN_FIELDS
 from retrieval_assets.core.models import FusionMethod, Strategy
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.query.nl_filters import NLFilterSettings
+from retrieval_assets.core.stores.base import Stemmer
 
 
 class ModelSettings(BaseModel):
@@ -224,6 +225,11 @@ class IndexBuildSettings(BaseModel):
         DEFAULT_BLOCK_ROWS,
         ge=1,
         description="Texts encoded between two durable embedding-cache writes: bounds memory and lost work.",
+    )
+    lexical_stemmer: Stemmer = Field(
+        "english",
+        description="How the lexical index (tantivy or OpenSearch) stems words: english (Snowball) or none, for "
+        "a corpus in another language or one whose word forms matter; queries are analysed the same way.",
     )
     delta_max_changed_fraction: float = Field(
         0.05,

@@ -32,6 +32,7 @@ from retrieval_assets.core.stores.base import (
     TAGS_FIELD,
     FieldType,
     Payload,
+    Stemmer,
     field_kinds,
     field_types_from_kinds,
     infer_field_types,
@@ -85,6 +86,7 @@ def candidate_fingerprints(
     vocabulary: VocabularySettings,
     graph_domain_fields: tuple[str, ...] | list[str],
     context_tokens: ContextTokenSettings,
+    lexical_stemmer: Stemmer = "english",
 ) -> tuple[str, str]:
     """The build fingerprint (the version's name) of a ``chunk_table`` and the settings fingerprint."""
     settings = {
@@ -93,6 +95,8 @@ def candidate_fingerprints(
         "vocabulary": vocabulary.model_dump(),
         "graph_domain_fields": list(graph_domain_fields),
         "context_tokens": context_tokens.model_dump(mode="json"),
+        # Named only when not the default, so versions built before the setting keep their names.
+        **({"lexical_stemmer": lexical_stemmer} if lexical_stemmer != "english" else {}),
     }
     return build_fingerprint(table, **settings), settings_fingerprint(**settings)
 
@@ -215,9 +219,9 @@ def write_qdrant_points(
 
 
 def build_lexical_index(
-    path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None
+    path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None, stemmer: Stemmer = "english"
 ) -> TantivyLexicalStore:
-    return write_lexical_index(path, index_payloads(chunks, context))
+    return write_lexical_index(path, index_payloads(chunks, context), stemmer=stemmer)
 
 
 def write_lexical_index(
@@ -225,6 +229,7 @@ def write_lexical_index(
     payloads: list[Payload],
     kinds: dict[str, dict[str, int]] | None = None,
     encoded: list[str | None] | None = None,
+    stemmer: Stemmer = "english",
     **facts: object,
 ) -> TantivyLexicalStore:
     """A new tantivy index of ``payloads``, in their order (``encoded``: their JSON text where
@@ -233,7 +238,7 @@ def write_lexical_index(
     filter field types without reading every payload."""
     kinds = field_kinds(payloads) if kinds is None else kinds
     field_types = field_types_from_kinds(kinds)
-    store = TantivyLexicalStore.create(path, field_types=field_types, overwrite=True)
+    store = TantivyLexicalStore.create(path, field_types=field_types, stemmer=stemmer, overwrite=True)
     store.add(payloads, encoded)
     fault_point("tantivy_index")
     store.finalize()

@@ -62,6 +62,7 @@ from retrieval_assets.core.io.memory import collection_paused
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.stores.base import (
     Payload,
+    Stemmer,
     combine_field_kinds,
     field_kinds,
     field_types_from_kinds,
@@ -311,13 +312,17 @@ def delta_qdrant_index(
 
 
 def delta_lexical_index(
-    delta: Delta, path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None
+    delta: Delta,
+    path: Path,
+    chunks: pd.DataFrame,
+    context: ContextTokenSettings | None = None,
+    stemmer: Stemmer = "english",
 ) -> TantivyLexicalStore:
     """The tantivy index rebuilt whole (see the module notes on BM25 statistics), from the
     base's payloads for the chunks that did not change."""
     payloads, encoded = candidate_payloads(delta.base, chunks, delta.plan, context)
     kinds = delta_field_kinds(delta.base, chunks, delta.plan, context)
-    return write_lexical_index(path, payloads, kinds, encoded, base_version=delta.base.id)
+    return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
 
 
 def delta_term_counts(delta: Delta, chunks: pd.DataFrame) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from retrieval_assets.core.index.build import PointBatch
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.models import Strategy
-from retrieval_assets.core.stores.base import FieldType, IndexStore
+from retrieval_assets.core.stores.base import FieldType, IndexStore, Stemmer
 from retrieval_assets.core.stores.opensearch.connection import OpenSearchSettings
 from retrieval_assets.core.stores.opensearch.connection import connect as connect_opensearch
 from retrieval_assets.core.stores.opensearch.connection import transient_wait as opensearch_transient
@@ -70,7 +70,12 @@ class ServerIndexes:
         return f"{self.settings.alias}-{version}"
 
     def build(
-        self, version: str, dim: int, field_types: dict[str, FieldType], batches: Iterable[PointBatch]
+        self,
+        version: str,
+        dim: int,
+        field_types: dict[str, FieldType],
+        batches: Iterable[PointBatch],
+        stemmer: Stemmer = "english",
     ) -> dict[str, int]:
         """Write ``version`` on every configured server; returns each one's point count. A
         collection or index left by an interrupted build of the same version is replaced."""
@@ -83,7 +88,7 @@ class ServerIndexes:
         if self._opensearch is not None:
             opensearch = OpenSearchStore.create(
                 self._opensearch, self.settings.alias, field_types=field_types, version=version,
-                sparse=qdrant is None, replicas=self.settings.opensearch_replicas, retry=self.retry,
+                sparse=qdrant is None, replicas=self.settings.opensearch_replicas, retry=self.retry, stemmer=stemmer,
                 snapshot_repository=self.settings.snapshot_repository,
             )
         for payloads, dense, sparse in batches:

@@ -35,6 +35,9 @@ FULL_TEXT_PAYLOAD_FIELDS = ("title", "text")
 # How a filterable metadata field is indexed by engines with typed payload indexes.
 FieldType = Literal["keyword", "integer", "float", "bool"]
 FIELD_TYPES: tuple[str, ...] = get_args(FieldType)
+# How the lexical text fields are stemmed: English Snowball, or not at all (words indexed as
+# written, for a corpus in another language or one where word forms matter).
+Stemmer = Literal["english", "none"]
 MANIFEST_NAME = "manifest.json"
 
 _POINT_NAMESPACE = uuid.UUID("6f1c1b9e-5d0a-4d0e-9a43-6b1f3b2c7e10")

@@ -84,6 +84,7 @@ def index_candidate(
         build.vocabulary,
         build.graph_domain_fields,
         build.context_tokens,
+        build.lexical_stemmer,
     )
     versions = storage.versions()
     version = versions.candidate(fingerprint)

@@ -342,9 +342,9 @@ def tantivy_index(
         if index_candidate.reused:
             store = TantivyLexicalStore.open(path)
         elif delta:
-            store = delta_lexical_index(delta, path, chunks, build.context_tokens)
+            store = delta_lexical_index(delta, path, chunks, build.context_tokens, build.lexical_stemmer)
         else:
-            store = build_lexical_index(path, chunks, build.context_tokens)
+            store = build_lexical_index(path, chunks, build.context_tokens, build.lexical_stemmer)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
     return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"])
 
@@ -397,7 +397,7 @@ def server_indexes(
             field_types, dim, batches = point_batches(
                 chunks.read(), dense_embeddings.read(), sparse_embeddings.read(), build.context_tokens
             )
-            counts = servers.build(version, dim, field_types, batches)
+            counts = servers.build(version, dim, field_types, batches, build.lexical_stemmer)
     context.log.info(f"server indexes {servers.name(version)}: {counts}")
     return MaterializeResult(
         metadata={"configured": True, "name": servers.name(version), **counts, "seconds": timer["seconds"]},

@@ -16,9 +16,11 @@ from retrieval_assets.core.index.build import (
     build_fingerprint,
     build_lexical_index,
     build_qdrant_index,
+    candidate_fingerprints,
     chunk_table,
     record_candidate_chunks,
     seal_candidate,
+    settings_fingerprint,
 )
 from retrieval_assets.core.index.delta import (
     Delta,
@@ -30,7 +32,9 @@ from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
 from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.core.models import Chunk
+from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
+from retrieval_assets.core.settings import VocabularySettings
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 SETTINGS = "settings-1"
@@ -104,6 +108,22 @@ def _sealed_version(versions: IndexVersions, chunks: pd.DataFrame, settings: str
 @pytest.fixture
 def base(tmp_path: Path) -> IndexVersion:
     return _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks())
+
+
+def test_the_default_stemmer_keeps_the_names_of_versions_built_before_the_setting() -> None:
+    table = chunk_table(_chunks())
+    encoder = object()  # what decides a fingerprint is the encoder's type, model name and shape
+    legacy = {
+        "dense": "object|",
+        "sparse": "object|",
+        "vocabulary": VocabularySettings().model_dump(),
+        "graph_domain_fields": ["topics"],
+        "context_tokens": ContextTokenSettings().model_dump(mode="json"),
+    }
+    args = (table, encoder, encoder, VocabularySettings(), ["topics"], ContextTokenSettings())
+    assert candidate_fingerprints(*args) == (build_fingerprint(table, **legacy), settings_fingerprint(**legacy))
+    unstemmed = candidate_fingerprints(*args, lexical_stemmer="none")
+    assert unstemmed[0] != candidate_fingerprints(*args)[0] and unstemmed[1] != candidate_fingerprints(*args)[1]
 
 
 def test_plan_names_upserted_and_deleted_chunks(base: IndexVersion) -> None:

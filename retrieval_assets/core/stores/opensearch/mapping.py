@@ -29,6 +29,7 @@ from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,
     FieldType,
     Payload,
+    Stemmer,
     index_values,
     metadata_field_names,
 )
@@ -40,15 +41,25 @@ SPARSE_FIELD = "splade_features"
 PAYLOAD_FIELD = "payload"
 ORDINAL_FIELD = "chunk_ordinal"
 SIMILARITY = "bm25_lucene"
+# Lowercased words without English stop words, unstemmed: the ``english`` analyzer less its stemmer.
+UNSTEMMED_ANALYZER = "english_unstemmed"
 _OPENSEARCH_TYPES = {"keyword": "keyword", "integer": "long", "float": "double", "bool": "boolean"}
 
 
 def index_body(
-    alias: str, field_types: Mapping[str, FieldType], *, title_boost: float, shards: int, sparse: bool = True
+    alias: str,
+    field_types: Mapping[str, FieldType],
+    *,
+    title_boost: float,
+    shards: int,
+    sparse: bool = True,
+    stemmer: Stemmer = "english",
 ) -> dict[str, Any]:
-    """Settings and mappings of a new index, ready for a batch build (no refresh, no replicas)."""
+    """Settings and mappings of a new index, ready for a batch build (no refresh, no replicas);
+    ``stemmer`` "none" analyses text as ``english`` does, without stemming."""
     schema_names = metadata_field_names(dict(field_types))
-    text = {"type": "text", "analyzer": "english", "similarity": SIMILARITY}
+    analyzer = "english" if stemmer == "english" else UNSTEMMED_ANALYZER
+    text = {"type": "text", "analyzer": analyzer, "similarity": SIMILARITY}
     properties: dict[str, Any] = {
         CONTENT_FIELD: text,
         "title": text,
@@ -66,6 +77,11 @@ def index_body(
                 "number_of_replicas": 0,
                 "refresh_interval": "-1",
                 "similarity": {SIMILARITY: {"type": "BM25", "k1": 1.2, "b": 0.75}},
+                **(
+                    {"analysis": {"analyzer": {UNSTEMMED_ANALYZER: {"type": "standard", "stopwords": "_english_"}}}}
+                    if analyzer == UNSTEMMED_ANALYZER
+                    else {}
+                ),
             }
         },
         "mappings": {
@@ -78,6 +94,7 @@ def index_body(
                 "field_types": dict(field_types),
                 "schema_names": schema_names,
                 "title_boost": title_boost,
+                "stemmer": stemmer,
             },
             "properties": properties,
         },

@@ -38,6 +38,7 @@ from retrieval_assets.core.stores.base import (
     LexicalStore,
     Payload,
     SparseStore,
+    Stemmer,
     check_top_k,
     validate_field_types,
     validate_payloads,
@@ -127,6 +128,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
         field_types: dict[str, FieldType] | None = None,
         version: str | None = None,
         title_boost: float = 0.0,
+        stemmer: Stemmer = "english",
         sparse: bool = True,
         shards: int = 1,
         replicas: int = 1,
@@ -139,9 +141,9 @@ class OpenSearchStore(LexicalStore, SparseStore):
 
         ``title_boost`` > 0 adds ``title^boost`` to the ``multi_match`` (``cross_fields``, so a
         word's statistics are blended across content and title, BM25F-style); 0 searches
-        ``content`` alone, the tantivy store's default. ``replicas`` and ``refresh_interval``
-        are applied by ``finalize``. ``sparse=False`` makes a lexical-only index (no SPLADE
-        features, and plain writes for ``add``).
+        ``content`` alone, the tantivy store's default. ``stemmer`` as the tantivy store's.
+        ``replicas`` and ``refresh_interval`` are applied by ``finalize``. ``sparse=False`` makes a
+        lexical-only index (no SPLADE features, and plain writes for ``add``).
         """
         if not (math.isfinite(title_boost) and title_boost >= 0):
             raise ValueError(f"title_boost must be a finite number >= 0, got {title_boost}")
@@ -150,7 +152,7 @@ class OpenSearchStore(LexicalStore, SparseStore):
             if not _INDEX_NAME.match(value) or len(value) > 255:
                 raise ValueError(f"{label} {value!r}: use lowercase letters, digits, '-', '_' and '.'")
         types = validate_field_types(field_types)
-        body = index_body(alias, types, title_boost=title_boost, shards=shards, sparse=sparse)
+        body = index_body(alias, types, title_boost=title_boost, shards=shards, sparse=sparse, stemmer=stemmer)
         store = cls(
             client,
             name,

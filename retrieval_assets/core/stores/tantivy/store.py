@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, cast, get_args
 
 import tantivy
 
@@ -73,6 +73,7 @@ from retrieval_assets.core.stores.base import (
     FieldType,
     LexicalStore,
     Payload,
+    Stemmer,
     check_top_k,
     coerce_filter_values,
     index_values,
@@ -103,6 +104,7 @@ MAX_OPEN_WRITERS = 8
 MIN_WRITER_HEAP_BYTES = 15_000_000
 PAYLOAD_FIELD = "payload_json"
 CONTENT_FIELD = "content"
+# The name schemas refer to, whatever the stemmer (an index records its stemmer in the manifest).
 TEXT_TOKENIZER = "en_stem_stop"
 _NUMERIC_FIELD_TYPES = {"integer": tantivy.FieldType.Integer, "float": tantivy.FieldType.Float}
 
@@ -113,20 +115,19 @@ _HitKeys = tuple[tuple[int, int], _Keys]
 _Ranked = tuple[tantivy.Searcher, _Keys, float, tantivy.DocAddress]
 
 
-def _text_analyzer() -> tantivy.TextAnalyzer:
+def _text_analyzer(stemmer: Stemmer) -> tantivy.TextAnalyzer:
     """Registered as ``TEXT_TOKENIZER`` for indexing and used on queries, so terms agree.
 
     tantivy's ``english`` stop list is Lucene's ``ENGLISH_STOP_WORDS_SET``; its stemmer is
     Snowball English (Porter2), within 0.001 nDCG@10 of Lucene's Porter on SciFact.
     """
-    return (
+    builder = (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(40))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.stopword("english"))
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
     )
+    return (builder if stemmer == "none" else builder.filter(tantivy.Filter.stemmer(stemmer))).build()
 
 
 @dataclass(eq=False)
@@ -155,6 +156,8 @@ class TantivyLexicalStore(LexicalStore):
         """Use ``create`` or ``open``."""
         self.directory = directory
         self._manifest = manifest
+        # Indexes written before the setting existed were stemmed in English.
+        self.stemmer: Stemmer = manifest.get("stemmer", "english")
         self.field_types: dict[str, FieldType] = manifest["field_types"]
         # Metadata field -> tantivy field (catalog keys such as "relations.requires" are not valid names).
         self._schema_names: dict[str, str] = {**{f: f for f in KEYWORD_PAYLOAD_FIELDS}, **manifest["schema_names"]}
@@ -190,7 +193,7 @@ class TantivyLexicalStore(LexicalStore):
         self._lock_file: IO[str] | None = None
         # True from ``create`` until the first ``add``.
         self._empty = False
-        self._analyzer = _text_analyzer()
+        self._analyzer = _text_analyzer(self.stemmer)
         self._has_tags = self.field_types.get(TAGS_FIELD) == "keyword"
         # Filter fields each tenant's chunks have a value in (None: an index written before
         # this was recorded), so that a tenant is never told another tenant's field names.
@@ -204,6 +207,7 @@ class TantivyLexicalStore(LexicalStore):
         *,
         field_types: dict[str, FieldType] | None = None,
         title_boost: float = 0.0,
+        stemmer: Stemmer = "english",
         writer_heap_bytes: int = 128_000_000,
         overwrite: bool = False,
     ) -> TantivyLexicalStore:
@@ -211,10 +215,13 @@ class TantivyLexicalStore(LexicalStore):
         fields) can be filtered on. Each tenant's index is made when its first chunk is added.
 
         ``title_boost`` > 0 adds a title-only BM25 clause with that weight on top of ``content``
-        (which holds the title already); 0 keeps the plain single-field BM25.
+        (which holds the title already); 0 keeps the plain single-field BM25. ``stemmer`` is how
+        the text fields are stemmed (``Stemmer``); queries are analysed the same way.
         """
         if not (math.isfinite(title_boost) and title_boost >= 0):
             raise ValueError(f"title_boost must be a finite number >= 0, got {title_boost}")
+        if stemmer not in get_args(Stemmer):
+            raise ValueError(f"stemmer must be one of {get_args(Stemmer)}, got {stemmer!r}")
         types = validate_field_types(field_types)
         schema_names = metadata_field_names(types)
         directory = prepare_index_dir(path, overwrite)
@@ -227,6 +234,7 @@ class TantivyLexicalStore(LexicalStore):
             "schema_names": schema_names,
             "title_boost": title_boost,
             "tokenizer": TEXT_TOKENIZER,
+            "stemmer": stemmer,
             "writer_heap_bytes": writer_heap_bytes,
             "tenant_dirs": {},
             "tenant_fields": {},
@@ -593,7 +601,7 @@ class TantivyLexicalStore(LexicalStore):
     def _open_index(self, path: Path) -> tantivy.Index:
         index = tantivy.Index.open(str(path))
         # Custom analyzers are not persisted in the index: register before any writer exists.
-        index.register_tokenizer(TEXT_TOKENIZER, _text_analyzer())
+        index.register_tokenizer(TEXT_TOKENIZER, _text_analyzer(self.stemmer))
         return index
 
     def _add_tenants(self, tenants: Collection[str]) -> None:
@@ -616,7 +624,7 @@ class TantivyLexicalStore(LexicalStore):
 
         self._in_parallel([partial(make, tenant) for tenant in paths])
         for tenant, path in paths.items():
-            indexes[tenant].register_tokenizer(TEXT_TOKENIZER, _text_analyzer())
+            indexes[tenant].register_tokenizer(TEXT_TOKENIZER, _text_analyzer(self.stemmer))
             self._dirs[tenant] = path.name
         added = {tenant: _Part(paths[tenant], indexes[tenant]) for tenant in paths}
         self._parts = {t: self._parts.get(t) or added[t] for t in sorted(self._dirs)}

@@ -49,6 +49,7 @@ def test_opensearch_index_is_created_from_the_versioned_mapping(recorder):
                     "year": "m_year",
                 },
                 "title_boost": 0.0,
+                "stemmer": "english",
             },
             "properties": {
                 "content": text,
@@ -69,6 +70,16 @@ def test_opensearch_index_is_created_from_the_versioned_mapping(recorder):
         },
     }
     assert request.headers["authorization"] == "Basic " + base64.b64encode(f"admin:{SECRET}".encode()).decode()
+
+
+def test_an_unstemmed_opensearch_index_analyses_text_as_english_without_its_stemmer(recorder):
+    OpenSearchStore.create(os_client(recorder), "chunks", field_types=FIELD_TYPES, version="v1", stemmer="none")
+    body = recorder.requests[0].json()
+    analyzer = {"type": "standard", "stopwords": "_english_"}
+    assert body["settings"]["index"]["analysis"] == {"analyzer": {"english_unstemmed": analyzer}}
+    properties = body["mappings"]["properties"]
+    assert properties["content"]["analyzer"] == properties["title"]["analyzer"] == "english_unstemmed"
+    assert body["mappings"]["_meta"]["stemmer"] == "none"
 
 
 def test_opensearch_bulk_ndjson_lines_in_batches(recorder, sleeps):

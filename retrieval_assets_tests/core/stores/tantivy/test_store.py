@@ -186,6 +186,29 @@ def test_tantivy_title_boost(tmp_path):
         TantivyLexicalStore.create(tmp_path / "bad", title_boost=-1.0)
 
 
+def test_an_unstemmed_store_matches_words_only_as_written(tmp_path):
+    documents = [dict(PAYLOADS[0], chunk_id="a", title="", text="the runners"), dict(PAYLOADS[0], chunk_id="b",
+                 title="", text="a running race")]
+    unstemmed = TantivyLexicalStore.create(tmp_path / "none", stemmer="none")
+    unstemmed.add(documents)
+    unstemmed.close()
+    # Reopened, the store analyses queries as it indexed: with the stemmer its manifest records.
+    reopened = TantivyLexicalStore.open(tmp_path / "none")
+    assert reopened.stemmer == "none"
+    assert [h.chunk_id for h in reopened.search_text("runners", top_k=5)] == ["a"]
+    assert reopened.search_text("runner", top_k=5) == []
+    assert reopened.search_text("the", top_k=5) == []  # stop words are still dropped
+    reopened.close()
+    stemmed = TantivyLexicalStore.create(tmp_path / "english")
+    stemmed.add(documents)
+    stemmed.finalize()
+    assert stemmed.stemmer == "english"
+    assert [h.chunk_id for h in stemmed.search_text("runner", top_k=5)] == ["a"]
+    stemmed.close()
+    with pytest.raises(ValueError, match="stemmer must be one of"):
+        TantivyLexicalStore.create(tmp_path / "bad", stemmer="klingon")  # type: ignore[arg-type]
+
+
 def test_tantivy_reopen_and_replace(lexical):
     path, holder = lexical
     filters = parse_filters({"tenant_id": "acme"})
