@@ -192,6 +192,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_bench_gold_sensitivity(args: argparse.Namespace) -> int:
+    from retrieval_assets.bench.gold_sensitivity import bench_gold_sensitivity
+
+    return bench_gold_sensitivity(Path(args.dataset), args.workdir, args.breaks, args.json_out)
+
+
 def cmd_bench_incremental(args: argparse.Namespace) -> int:
     from retrieval_assets.bench.incremental import bench_incremental
 
@@ -465,6 +471,23 @@ def build_parser() -> argparse.ArgumentParser:
         "Kendall's tau against the real gold's ranking (JSON key generated_gold)",
     )
     bench.set_defaults(func=cmd_bench)
+
+    sensitivity = _command(
+        sub,
+        "bench-gold-sensitivity",
+        help="build a BEIR directory intact and deliberately broken, judged by its real gold and by generated gold "
+        "alone: does the gate refuse each break with both?",
+    )
+    sensitivity.add_argument("--dataset", required=True, help="BEIR directory with real gold (qrels/test.tsv)")
+    sensitivity.add_argument(
+        "--breaks",
+        nargs="+",
+        metavar="BREAK",
+        help="the broken candidates to judge (default: all): truncated, half_dropped, weaker_dense_model, no_stemming",
+    )
+    sensitivity.add_argument("--workdir", help="keep the homes and versions here instead of a temporary directory")
+    sensitivity.add_argument("--json-out", help="also write the result JSON to this file")
+    sensitivity.set_defaults(func=cmd_bench_gold_sensitivity)
 
     incremental = _command(
         sub,

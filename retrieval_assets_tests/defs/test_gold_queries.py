@@ -107,6 +107,9 @@ def test_a_catalog_without_gold_is_judged_on_generated_known_item_gold(flow: dic
     report = IndexVersions(flow["home"] / "indexes").version(flow["first_version"]).evaluation()
     assert report["gold"] == frozen.fingerprint[:16] and report["gold_kind"] == "known_item"
     assert report["gate"]["passed"], report["gate"]
+    # No configuration is learned from generated gold: it would learn its lexical bias.
+    learned = materialized(flow["first"], "retrieval_configuration")
+    assert learned["adopted"] is False and "no gold people judged" in learned["reason"]
 
 
 def test_the_gold_is_frozen_and_reused(flow: dict[str, Any]) -> None:
@@ -163,12 +166,62 @@ def test_gold_add_then_show_and_the_gate_judges_the_curated_gold(flow: dict[str,
     assert run.success, run.run_id
     report = IndexVersions(flow["home"] / "indexes").version(flow["after_version"]).evaluation()
     assert report["gold_kind"] == "curated" and len(report["per_query"]) == 1
+    # The learner reads the curated gold (one query: too few to learn from).
+    assert "1 judged queries, fewer than" in materialized(run, "retrieval_configuration")["reason"]
     beside = report["generated_gold"]
     assert beside["kind"] == "known_item" and beside["queries"] == len(TOPICS) - 1
     assert beside["runs"][report["served"]]["ndcg@10"] > 0
     assert materialized(run, "retrieval_evaluation")["generated_gold/ndcg@10"] == beside["runs"][report["served"]][
         "ndcg@10"
     ]
+
+
+
+def test_a_promoted_version_judged_on_other_gold_is_measured_again_on_the_candidates(
+    flow: dict[str, Any], tmp_path: Path
+) -> None:
+    # Runs after the curated gold test: the curated gold grows by a query, then a changed catalog is built.
+    env = _env(flow["home"], tmp_path / "dagster")
+    source = flow["catalog"].path
+    [glaciers] = [doc for doc in flow["frozen"].query_doc.values() if "glaciers" in doc]
+    added = cli(env, "gold", "add", "how ice carves valleys", "--expect", glaciers, "--source", source)
+    assert added.returncode == 0, added.stderr
+    promoted = IndexVersions(flow["home"] / "indexes").version(flow["after_version"])
+    judged_before = promoted.evaluation()
+    _write_notes(Path(source), {"lagoons": "Lagoons form behind barrier islands where tides wash through inlets."})
+    _, version = _evaluate(deployment_resources(flow["home"], flow["catalog"]))
+    report = IndexVersions(flow["home"] / "indexes").version(version).evaluation()
+    assert len(report["per_query"]) == 2 and report["gold"] != judged_before["gold"]
+    # The promoted version was judged on the one-query gold: its figures on the two-query gold are
+    # measured again, so the drop margins and the paired test compare the same two queries.
+    assert report["compared_with"] == flow["after_version"] and report["promoted_remeasured"] is True
+    assert report["gate"]["paired"]["ndcg@10"]["queries"] == 2
+    assert report["gate"]["comparison"]["ndcg@10"]["promoted"] is not None
+    assert promoted.evaluation() == judged_before  # its own report stays as it was judged
+    # The generated gold beside the curated gold gates too, against the promoted version on the same queries
+    beside = report["generated_gold"]
+    # (the promoted version's own report has its per-query scores on that generated gold: nothing re-measured).
+    assert beside["gate"]["passed"] and beside["promoted_remeasured"] is False
+    assert beside["gate"]["paired"]["ndcg@10"]["queries"] == beside["queries"] == len(beside["per_query"])
+
+
+def test_a_candidate_the_curated_gold_passes_is_refused_when_the_generated_gold_falls(flow: dict[str, Any]) -> None:
+    # Runs last: half the notes go, none that the two curated queries expect.
+    notes = Path(flow["catalog"].path)
+    curated = (flow["home"] / "gold" / flow["key"] / "curated.csv").read_text()
+    gone = [path for path in sorted(notes.iterdir()) if path.stem not in curated][:5]
+    for path in gone:
+        path.unlink()
+    resources = deployment_resources(flow["home"], flow["catalog"])
+    outcome = build_index(resources)
+    assert outcome.candidate is not None, outcome.run.run_id
+    version = outcome.candidate.version
+    evaluate_version(resources, version, configurations=[])  # fails: the blocking gate refuses
+    report = IndexVersions(flow["home"] / "indexes").version(version).evaluation()
+    assert not report["gate"]["passed"]
+    assert report["gate"]["reasons"] and all(r.startswith("generated gold of ") for r in report["gate"]["reasons"])
+    assert report["generated_gold"]["gate"]["passed"] is False
+    assert IndexVersions(flow["home"] / "indexes").promoted().id != version
 
 
 # --- the gold step alone, on a cleaned documents artifact written here -------------------------

@@ -14,7 +14,7 @@ from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.evaluation.tuning import ConfigurationLearner, TuningResult, TuningSettings, gold_fingerprint
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions
 from retrieval_assets.defs.assets.evaluation import GROUP, evaluated_version
-from retrieval_assets.defs.assets.gold import scope_of
+from retrieval_assets.defs.assets.gold import catalog_gold, scope_of
 from retrieval_assets.defs.metadata import preview, stopwatch
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource, SearchResource
 
@@ -98,10 +98,17 @@ def retrieval_configuration(
     versions = storage.versions()
     candidate = evaluated_version(context, versions, index_version)
     tuning = TuningSettings.model_validate(config.model_dump(exclude={"reuse_promoted"}))
-    gold = catalog.gold()
+    # Learned from gold people judged (BEIR qrels or curated) only: generated known-item gold favours
+    # BM25 (docs/gold.md), and a configuration learned from it would learn that bias.
+    judged = catalog_gold(catalog, storage)
+    gold = judged.gold if judged.kind == "curated" else None
     with stopwatch() as timer:
         if gold is None:
-            report: dict[str, Any] = {"adopted": False, "reason": "the catalog has no gold queries (set gold_path)"}
+            report: dict[str, Any] = {
+                "adopted": False,
+                "reason": "the catalog has no gold people judged (gold_path, curated_gold_path or `retrieval-assets "
+                "gold add`): generated gold judges versions, but no configuration is learned from it",
+            }
         else:
             # Learned among the gold's own tenants' documents, as the evaluation judges it.
             scope = scope_of(catalog, candidate, gold)

@@ -12,6 +12,7 @@ documents that tenant posted since the promoted version (``gate_refusal``, ``pos
 
 
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,15 +35,23 @@ from retrieval_assets.core.evaluation.benchmark import (
     ndcg_histogram,
     summarize,
 )
-from retrieval_assets.core.evaluation.gate import LATENCY_METRIC, QUALITY_METRICS, GateDecision, decide
+from retrieval_assets.core.evaluation.gate import (
+    LATENCY_METRIC,
+    QUALITY_METRICS,
+    GateDecision,
+    GateSettings,
+    decide,
+)
+from retrieval_assets.core.evaluation.gold.model import GeneratedGold
 from retrieval_assets.core.evaluation.metrics import EvaluationReport
 from retrieval_assets.core.evaluation.scope import GoldScope, Post, posted_by, posted_since
 from retrieval_assets.core.evaluation.tuning import RetrievalConfiguration, TuningResult, gold_fingerprint
 from retrieval_assets.core.index.servers import switch_serving
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
+from retrieval_assets.core.ingest.catalog import GoldSet
 from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.defs.assets.candidate import INDEX_WRITES_POOL
-from retrieval_assets.defs.assets.gold import catalog_gold, describe, retired_from, scope_of
+from retrieval_assets.defs.assets.gold import CatalogGold, catalog_gold, describe, retired_from, scope_of
 from retrieval_assets.defs.metadata import log_progress, preview, quality_history_table, stopwatch
 from retrieval_assets.defs.resources import (
     CatalogResource,
@@ -167,6 +176,126 @@ def _explain(
     return line
 
 
+def _options_of(served: str) -> dict[str, Any]:
+    """The options of a served configuration: a named one's, or none for the learned one (applied
+    to the deployment itself)."""
+    return {} if served == TUNED else CONFIGURATIONS[served]
+
+
+def _retired_subset(
+    judged: CatalogGold, previous_report: dict[str, Any], gold: GoldSet
+) -> dict[str, dict[str, float]] | None:
+    """The promoted version's per-query scores on the queries ``gold`` still has, when ``gold`` is
+    the generated gold it was judged on less the queries of deleted documents; else None."""
+    if judged.kind == "curated" or judged.generated is None:
+        return None
+    ancestors, pruned = retired_from(judged.generated)
+    if previous_report.get("gold") not in ancestors:
+        return None
+    return {
+        qid: scores
+        for qid, scores in (previous_report.get("per_query") or {}).items()
+        if qid in gold.queries and qid not in pruned
+    }
+
+
+def _promoted_on(
+    context: AssetExecutionContext,
+    search: SearchResource,
+    promoted: IndexVersion,
+    served: str,
+    gold: GoldSet,
+    scope: GoldScope,
+    progress: Any,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]] | None:
+    """The promoted version's summary and per-query scores on ``gold``, with the configuration it
+    serves; None, logged, when it cannot be searched with this deployment (other models)."""
+    try:
+        deployment = search.retriever(promoted.id).configured(search.retrieval_settings())
+        learned = promoted.served_configuration()
+        if served == TUNED and learned:
+            tuned = RetrievalConfiguration.model_validate(learned).apply(deployment.settings)
+            deployment = deployment.configured(tuned)
+        report = evaluate_configurations(
+            deployment, gold, {served: _options_of(served)}, progress=progress, tenants=scope.tenants
+        )
+    except Exception as exc:  # any failure leaves the candidate judged without the promoted version
+        context.log.warning(
+            f"the promoted version {promoted.id} could not be measured on this gold ({type(exc).__name__}: {exc}): "
+            "the gate judges the candidate on the floors and the best promoted ever only"
+        )
+        return None
+    return summarize(report[served]), _per_query(report[served])
+
+
+@dataclass(frozen=True)
+class _Beside:
+    """Generated gold judged beside curated gold: the candidate's figures on it and the gate's verdict."""
+
+    gold: GeneratedGold
+    summary: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    decision: GateDecision
+    promoted_remeasured: bool
+
+    def report(self, served: str) -> dict[str, Any]:
+        return {
+            "fingerprint": self.gold.fingerprint[:16],
+            "kind": self.gold.kind,
+            "queries": len(self.gold.queries),
+            "runs": {served: self.summary},
+            "per_query": self.per_query,
+            "gate": self.decision.model_dump(mode="json"),
+            "promoted_remeasured": self.promoted_remeasured,
+        }
+
+
+def _judge_beside(
+    context: AssetExecutionContext,
+    search: SearchResource,
+    catalog: CatalogResource,
+    deployment: Any,
+    served: str,
+    candidate: IndexVersion,
+    promoted: tuple[IndexVersion, str, dict[str, Any]] | None,
+    generated: GeneratedGold,
+    settings: GateSettings,
+    progress: Any,
+) -> _Beside:
+    """The served configuration on the catalog's generated gold, judged by the gate against the
+    promoted version (``promoted``: it, the configuration it serves and its evaluation report) on the
+    same queries: its recorded per-query scores when it was judged on this generated gold, else
+    measured now. Only quality reasons count here; latency is the curated gold's gate."""
+    gold = generated.as_gold_set()
+    scope = scope_of(catalog, candidate, gold, generated)
+    measured = evaluate_configurations(
+        deployment, gold, {served: _options_of(served)}, progress=progress, tenants=scope.tenants
+    )
+    summary, per_query = summarize(measured[served]), _per_query(measured[served])
+    before: tuple[dict[str, float], dict[str, dict[str, float]]] | None = None
+    remeasured = False
+    if promoted is not None:
+        version, promoted_served, report = promoted
+        recorded = report.get("generated_gold") or {}
+        if recorded.get("fingerprint") == generated.fingerprint[:16] and recorded.get("per_query"):
+            before = recorded["runs"][promoted_served], recorded["per_query"]
+        else:
+            before = _promoted_on(context, search, version, promoted_served, gold, scope, progress)
+            remeasured = before is not None
+    label = f"generated gold of {scope.label}"
+    decision = decide(
+        summary,
+        before[0] if before else None,
+        settings,
+        candidate_queries=per_query,
+        promoted_queries=before[1] if before else None,
+        gold=label,
+    )
+    quality = [reason for reason in decision.reasons if reason.startswith(f"{label}:")]
+    decision = decision.model_copy(update={"passed": not quality, "reasons": quality})
+    return _Beside(generated, summary, per_query, decision, remeasured)
+
+
 class EvaluationConfig(Config):
     """Which named configurations ``retrieval_evaluation`` measures."""
 
@@ -181,7 +310,7 @@ def _compared_with(promoted: IndexVersion | None, candidate: IndexVersion, previ
         return "(nothing promoted yet)"
     if promoted.id == candidate.id:
         return f"(none: {candidate.id} is the promoted version itself)"
-    return promoted.id if previous else f"(promoted {promoted.id} has no evaluation)"
+    return promoted.id if previous else f"(promoted {promoted.id} has no figures on this gold)"
 
 
 @asset(
@@ -230,7 +359,7 @@ def retrieval_evaluation(
         else None
     )
     summary: dict[str, dict[str, float]] = {}
-    beside: dict[str, float] = {}
+    beside: _Beside | None = None
     per_query: dict[str, dict[str, float]] = {}
     metadata: dict[str, Any] = {
         "version": candidate.id,
@@ -240,6 +369,11 @@ def retrieval_evaluation(
         "gold_source": judged.source,
         "gold_scope": scope.label if scope is not None else "(no gold)",
     }
+    fingerprint = gold_fingerprint(gold) if gold is not None else None
+    promoted_queries: dict[str, dict[str, float]] | None = None
+    remeasured: tuple[dict[str, float], dict[str, dict[str, float]]] | None = None
+    if previous_report is not None and previous_report.get("gold") == fingerprint:
+        promoted_queries = previous_report.get("per_query")
     with stopwatch() as timer:
         if gold is None:
             context.log.warning(
@@ -276,19 +410,44 @@ def retrieval_evaluation(
                         deployment.configured(tuned), gold, {TUNED: {}}, progress=progress, tenants=scope.tenants
                     )
                 if judged.beside is not None:
-                    # Generated gold beside curated gold: the served configuration, recorded, not gated.
-                    context.log.info(f"measuring {served!r} on generated {describe(judged.beside)} too (not gated)")
-                    served_deployment = deployment.configured(tuned) if served == TUNED else deployment
-                    beside_gold = judged.beside.as_gold_set()
-                    beside = summarize(
-                        evaluate_configurations(
-                            served_deployment,
-                            beside_gold,
-                            {served: {} if served == TUNED else CONFIGURATIONS[served]},
-                            progress=progress,
-                            tenants=scope_of(catalog, candidate, beside_gold, judged.beside).tenants,
-                        )[served]
+                    # Curated gold is often a few queries: the generated gold beside it gates too.
+                    context.log.info(f"judging {served!r} on generated {describe(judged.beside)} too")
+                    beside = _judge_beside(
+                        context,
+                        search,
+                        catalog,
+                        deployment.configured(tuned) if served == TUNED else deployment,
+                        served,
+                        candidate,
+                        (promoted, previous_served, previous_report)
+                        if promoted is not None and previous_report is not None and previous_served is not None
+                        else None,
+                        judged.beside,
+                        gate.settings(),
+                        progress,
                     )
+                if (
+                    promoted is not None
+                    and previous_report is not None
+                    and previous_served is not None
+                    and previous is not None
+                    and previous_report.get("gold") != fingerprint
+                ):
+                    promoted_queries = _retired_subset(judged, previous_report, gold)
+                    if promoted_queries is not None:
+                        context.log.info(
+                            f"the gold lost the queries of deleted documents since {promoted.id} was judged: the "
+                            f"paired test compares the {len(promoted_queries)} queries both were judged on"
+                        )
+                    else:
+                        # Judged on other gold (curated gold grew, or a redraw): the promoted version is
+                        # measured again on this gold, so that the gate compares like with like.
+                        context.log.info(
+                            f"the promoted version {promoted.id} was judged on other gold "
+                            f"({previous_report.get('gold')}): measuring it on this gold ({fingerprint}) too"
+                        )
+                        remeasured = _promoted_on(context, search, promoted, previous_served, gold, scope, progress)
+                        previous, promoted_queries = remeasured if remeasured else (None, None)
             finally:
                 # Released before promotion: a serving process opens the promoted qdrant-edge
                 # shard as soon as the pointer moves, and only one process may hold it.
@@ -306,26 +465,12 @@ def retrieval_evaluation(
                 **{metric: MetadataValue.float(value) for metric, value in summary[served].items()},
                 "configurations": _table(pd.DataFrame(summary).T.rename_axis("configuration").reset_index()),
                 "ndcg@10_distribution": _table(histogram),
-                **{f"generated_gold/{metric}": MetadataValue.float(value) for metric, value in beside.items()},
+                **{
+                    f"generated_gold/{metric}": MetadataValue.float(value)
+                    for metric, value in (beside.summary if beside else {}).items()
+                },
             }
-    fingerprint = gold_fingerprint(gold) if gold is not None else None
     best_ever = versions.best_promoted(fingerprint) if fingerprint else {}
-    same_gold = previous_report is not None and previous_report.get("gold") == fingerprint
-    promoted_queries = (previous_report or {}).get("per_query") if same_gold else None
-    if previous_report and not same_gold and gold is not None and judged.kind != "curated" and judged.generated:
-        # Generated gold that only lost queries of deleted documents since the promoted version's
-        # evaluation: the paired test compares the two on the queries both were judged on.
-        ancestors, pruned = retired_from(judged.generated)
-        if previous_report.get("gold") in ancestors:
-            promoted_queries = {
-                qid: scores
-                for qid, scores in (previous_report.get("per_query") or {}).items()
-                if qid in gold.queries and qid not in pruned
-            }
-            context.log.info(
-                f"the gold lost the queries of deleted documents since {promoted.id if promoted else 'the promoted'} "
-                f"was judged: the paired test compares the {len(promoted_queries)} queries both were judged on"
-            )
     decision = decide(
         summary.get(served),
         previous,
@@ -335,6 +480,9 @@ def retrieval_evaluation(
         best_ever={metric: best_ever[metric] for metric in QUALITY_METRICS if metric in best_ever},
         gold=f"gold of {scope.label}" if scope is not None else None,
     )
+    if beside is not None and not beside.decision.passed:
+        reasons = [*decision.reasons, *beside.decision.reasons]
+        decision = decision.model_copy(update={"passed": False, "reasons": reasons})
     before = promoted if promoted is not None and promoted.id != candidate.id else None
     posted = _posted_since_promoted(catalog, candidate, before)
     posted_rows = [
@@ -363,19 +511,12 @@ def retrieval_evaluation(
             "gold": fingerprint,
             "gold_kind": judged.kind,
             "gold_source": judged.source,
-            "generated_gold": (
-                {
-                    "fingerprint": judged.beside.fingerprint[:16],
-                    "kind": judged.beside.kind,
-                    "queries": len(judged.beside.queries),
-                    "runs": {served: beside},
-                }
-                if judged.beside is not None and beside
-                else None
-            ),
+            "generated_gold": beside.report(served) if beside is not None else None,
             "runs": summary,
             "per_query": per_query,
             "compared_with": compared,
+            # The promoted version's figures were measured again on this gold (it was judged on other gold).
+            "promoted_remeasured": remeasured is not None,
             "gold_scope": list(scope.tenants) if scope is not None else None,
             "posted_since_promoted": posted_rows,
             "gate": decision.model_dump(mode="json"),
@@ -403,6 +544,7 @@ def retrieval_evaluation(
             **({"gate_refusal": explanation} if explanation else {}),
             **posted_metadata,
             "compared_with": _compared_with(promoted, candidate, previous),
+            "promoted_remeasured": remeasured is not None,
             "report_path": str(report_path),
             "seconds": timer["seconds"],
             **({"gold": fingerprint} if fingerprint else {}),
@@ -418,6 +560,15 @@ def retrieval_evaluation(
                     "gold_scope": scope.label if scope is not None else "(no gold)",
                     "gold": f"{judged.kind} gold {fingerprint}: {judged.source}" if fingerprint else "(none)",
                     "candidate_vs_promoted": _gate_table(decision),
+                    **(
+                        {
+                            "generated_gold": f"{beside.gold.kind} gold {beside.gold.fingerprint[:16]} (beside the "
+                            "curated gold)",
+                            "generated_gold_vs_promoted": _gate_table(beside.decision),
+                        }
+                        if beside is not None
+                        else {}
+                    ),
                     "failed_gates": len(decision.reasons),
                     **_gate_numbers(decision),
                     **(

@@ -17,6 +17,12 @@ then the query:
   the terms are drawn without replacement from the document's distinct content words with
   probability proportional to tf·idf (the paper's combination of its "popular" and
   "discriminative" selections), then put in the order they first occur in the document.
+* Word forms. A user remembers a word, not the form the document used: each sampled term is,
+  with probability ``variant_share``, replaced by another form of the same English Snowball stem
+  that occurs in the collection ("vaccinated" for "vaccination"), drawn in proportion to its
+  document frequency. Only words the collection holds are used, so a corpus in another language
+  keeps its own words; a lexical index that stops conflating forms (a tokenizer change, a lost
+  stemmer) then loses these queries, as it would lose real users'.
 * Judgements. The document and its exact duplicates, grade 1.
 
 Bias. Every word of a known-item query is in its document, which favours lexical retrieval
@@ -40,10 +46,11 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import tantivy
 
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.evaluation.gold.model import GeneratedGold, QuerySource, normalise, now_iso
@@ -65,6 +72,7 @@ STOPWORDS = frozenset(
 )
 MAX_QUERY_TERMS = 6
 TITLE_MIN_WORDS = 4
+VARIANT_SHARE = 0.3
 
 
 def _is_content(term: str) -> bool:
@@ -81,6 +89,22 @@ def _source_of(metadata: str) -> str:
         return ""
     source = json.loads(metadata).get("source")
     return source if isinstance(source, str) else ""
+
+
+def word_forms(document_frequency: Mapping[str, int]) -> dict[str, list[str]]:
+    """Content word -> the collection's other forms of its English Snowball stem (in sorted
+    order), for the words that have any."""
+    stemmer = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw()).filter(tantivy.Filter.stemmer("english")).build()
+    by_stem: dict[str, list[str]] = {}
+    for term in sorted(document_frequency):
+        if _is_content(term):
+            by_stem.setdefault(stemmer.analyze(term)[0], []).append(term)
+    return {
+        form: [other for other in forms if other != form]
+        for forms in by_stem.values()
+        if len(forms) > 1
+        for form in forms
+    }
 
 
 def _informative_title(title: str, doc_id: str) -> bool:
@@ -112,6 +136,7 @@ def generate_known_item_gold(
     min_terms: int = 8,
     title_share: float = 0.5,
     mean_extra_terms: float = 1.5,
+    variant_share: float = VARIANT_SHARE,
     created_at: str | None = None,
 ) -> GeneratedGold:
     """Known-item gold of ``max(size, min_size)`` queries, or as many as the documents allow (a
@@ -171,6 +196,8 @@ def generate_known_item_gold(
     title_queries = set(rng.choice(with_title, size=n_titles, replace=False).tolist()) if n_titles else set()
 
     documents_total = len(frame)
+    forms = word_forms(document_frequency) if variant_share > 0 else {}
+    varied = 0
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     query_doc: dict[str, str] = {}
@@ -178,13 +205,14 @@ def generate_known_item_gold(
     tenant_of: dict[str, str] = {}
     for position in chosen:
         source: QuerySource = "title" if position in title_queries else "terms"
-        query = (
-            " ".join(titles[position].split())
-            if source == "title"
-            else _sampled_query(
+        if source == "title":
+            query = " ".join(titles[position].split())
+        else:
+            sampled = _sampled_terms(
                 f"{titles[position]} {texts[position]}", document_frequency, documents_total, rng, mean_extra_terms
             )
-        )
+            sampled, changed = _vary_forms(sampled, forms, document_frequency, rng, variant_share)
+            query, varied = " ".join(sampled), varied + changed
         digest = content_hash(tenants[position], doc_ids[position])
         # Two 8-digit prefixes meet about once in 10^5 sets of 300: the full hash then keeps both.
         qid = f"ki-{digest[:8]}" if f"ki-{digest[:8]}" not in queries else f"ki-{digest}"
@@ -198,7 +226,8 @@ def generate_known_item_gold(
         kind="known_item",
         method=(
             f"known-item simulation (Azzopardi et al. 2007): up to {title_share:.0%} informative titles, the rest "
-            f"2+Poisson({mean_extra_terms}) terms sampled by tf-idf; tenant/source-stratified sample, seed {seed}"
+            f"2+Poisson({mean_extra_terms}) terms sampled by tf-idf, {variant_share:.0%} of them in another form of "
+            f"their stem; tenant/source-stratified sample, seed {seed}"
         ),
         seed=seed,
         created_at=created_at or now_iso(),
@@ -215,14 +244,15 @@ def generate_known_item_gold(
             "strata": len(strata),
             "title_queries": n_titles,
             "term_queries": len(chosen) - n_titles,
+            "varied_terms": varied,
         },
         warnings=warnings,
     )
 
 
-def _sampled_query(
+def _sampled_terms(
     text: str, document_frequency: Counter[str], documents: int, rng: np.random.Generator, mean_extra_terms: float
-) -> str:
+) -> list[str]:
     term_frequency = Counter(t for t in _terms(text) if _is_content(t))
     vocabulary = list(term_frequency)  # first-occurrence order
     weights = np.array(
@@ -230,4 +260,25 @@ def _sampled_query(
     )
     length = min(2 + int(rng.poisson(mean_extra_terms)), MAX_QUERY_TERMS, len(vocabulary))
     picked = rng.choice(len(vocabulary), size=length, replace=False, p=weights / weights.sum())
-    return " ".join(vocabulary[i] for i in sorted(picked.tolist()))
+    return [vocabulary[i] for i in sorted(picked.tolist())]
+
+
+def _vary_forms(
+    terms: list[str],
+    forms: Mapping[str, list[str]],
+    document_frequency: Mapping[str, int],
+    rng: np.random.Generator,
+    share: float,
+) -> tuple[list[str], int]:
+    """``terms`` with each, at probability ``share``, another form of its stem from the
+    collection (by document frequency); and how many were changed."""
+    varied = list(terms)
+    changed = 0
+    for index, term in enumerate(terms):
+        others = [form for form in forms.get(term, ()) if form not in varied]
+        if not others or rng.random() >= share:
+            continue
+        weights = np.array([document_frequency[form] for form in others], dtype=np.float64)
+        varied[index] = others[int(rng.choice(len(others), p=weights / weights.sum()))]
+        changed += 1
+    return varied, changed

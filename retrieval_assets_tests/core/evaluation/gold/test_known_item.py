@@ -12,6 +12,7 @@ from retrieval_assets.core.evaluation.gold.known_item import (
     TOKEN,
     allocate,
     generate_known_item_gold,
+    word_forms,
 )
 from retrieval_assets.core.evaluation.gold.model import GeneratedGold, fingerprint_of
 from retrieval_assets.core.evaluation.tuning import gold_fingerprint
@@ -89,6 +90,31 @@ def test_queries_are_titles_or_sampled_content_words() -> None:
         assert 2 <= len(terms) <= 6 and len(set(terms)) == len(terms)
         assert all(t in words and t not in STOPWORDS and not t.isdigit() for t in terms)
         assert terms == sorted(terms, key=words.index)  # in the document's order
+
+
+# Each document uses one form of four stems; the collection holds the others.
+FORMS = [("vaccination", "vaccinated"), ("infections", "infection"), ("studies", "studied"), ("mutations", "mutated")]
+
+
+def test_sampled_terms_take_other_forms_of_their_stem_from_the_collection() -> None:
+    rows = [
+        {"doc_id": f"d{i}", "title": "", "tenant_id": "a", "metadata": "{}",
+         "text": " ".join(pair[i % 2] for pair in FORMS) + " " + " ".join(f"word{i}x{j}" for j in range(6))}
+        for i in range(40)
+    ]
+    frame = pd.DataFrame(rows)
+    assert word_forms(Counter(TOKEN.findall(" ".join(frame["text"]))))["vaccination"] == ["vaccinated"]
+    always = generate_known_item_gold(frame, size=40, min_size=1, variant_share=1.0, created_at=AT)
+    never = generate_known_item_gold(frame, size=40, min_size=1, variant_share=0.0, created_at=AT)
+    assert len(always.queries) == 40 and never.stats["varied_terms"] == 0 and always.stats["varied_terms"] > 0
+    other_form = {form: other for pair in FORMS for form, other in (pair, pair[::-1])}
+    by_id = frame.set_index("doc_id")
+    for qid, query in always.queries.items():
+        own = by_id.loc[always.query_doc[qid], "text"].split()
+        # Every term with another form in the collection comes in that form; numbered words have none.
+        assert all(other_form[term] in own for term in query.split() if term in other_form)
+        assert all(term in own for term in query.split() if term not in other_form)
+    assert "30%" in generate_known_item_gold(frame, created_at=AT).method
 
 
 def test_fingerprint_covers_queries_and_judgements_only() -> None:
