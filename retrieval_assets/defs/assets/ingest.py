@@ -97,6 +97,13 @@ def raw_catalog(
             description="For every catalog source, the rows (lines, files, table rows, papers) read equal the "
             "documents kept plus the rows quarantined.",
         ),
+        AssetCheckSpec(
+            "has_documents",
+            asset="cleaned_documents",
+            blocking=True,
+            description="At least one document is left to index (an empty folder or a wrong path is named here, "
+            "not met later as an index error).",
+        ),
     ],
 )
 def cleaned_documents(
@@ -190,6 +197,19 @@ def cleaned_documents(
         asset_key="cleaned_documents",
         passed=not unaccounted,
         metadata={"unaccounted": MetadataValue.json(unaccounted), "sources": len(per_source)},
+    )
+    read = "; ".join(f"{name}: {figures['rows_in']} rows read" for name, figures in per_source.items())
+    if kept.empty:
+        context.log.error(
+            f"no documents to index: {read or 'no catalog source'}; {len(quarantined)} quarantined ({reasons}). "
+            "Check the catalog's path and its include / exclude patterns"
+        )
+    yield AssetCheckResult(
+        check_name="has_documents",
+        asset_key="cleaned_documents",
+        passed=not kept.empty,
+        description=f"{len(kept)} documents to index ({read or 'no catalog source'}; {len(quarantined)} quarantined)",
+        metadata={"documents": len(kept), "quarantined": len(quarantined)},
     )
 
 
