@@ -203,6 +203,7 @@ def test_a_promoted_version_judged_on_other_gold_is_measured_again_on_the_candid
     # (the promoted version's own report has its per-query scores on that generated gold: nothing re-measured).
     assert beside["gate"]["passed"] and beside["promoted_remeasured"] is False
     assert beside["gate"]["paired"]["ndcg@10"]["queries"] == beside["queries"] == len(beside["per_query"])
+    assert set(beside["gate"]["comparison"]) == {"ndcg@10", "recall@100"}  # latency is judged once, above
 
 
 def test_a_candidate_the_curated_gold_passes_is_refused_when_the_generated_gold_falls(flow: dict[str, Any]) -> None:

@@ -292,7 +292,8 @@ def _judge_beside(
         gold=label,
     )
     quality = [reason for reason in decision.reasons if reason.startswith(f"{label}:")]
-    decision = decision.model_copy(update={"passed": not quality, "reasons": quality})
+    comparison = {metric: values for metric, values in decision.comparison.items() if metric != LATENCY_METRIC}
+    decision = decision.model_copy(update={"passed": not quality, "reasons": quality, "comparison": comparison})
     return _Beside(generated, summary, per_query, decision, remeasured)
 
 
