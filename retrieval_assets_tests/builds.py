@@ -9,6 +9,9 @@ from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.runs import BuildOutcome, build_index, deployment_resources
 
+# Run config of an evaluation that measures the default configuration only: the one the gate
+# judges (the others rerank every gold query, which a test of the flow around them never reads).
+GATE_ONLY = {"ops": {"retrieval_evaluation": {"config": {"configurations": []}}}}
 
 def build_catalog(
     home: Path, catalog: Path, catalog_format: str = "tool_catalog", **overrides: Any

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from hypothesis import settings  # noqa: E402
 
 from retrieval_assets.paths import BUNDLED_DATA  # noqa: E402
+from retrieval_assets_tests.forked import Zygote  # noqa: E402
 
 # Property tests draw the same examples on every run and machine, and print a failing one with
 # the blob that reproduces it.
@@ -51,6 +53,14 @@ def write_tiny_beir(root: Path) -> Path:
     lines = [json.dumps(d) for d in docs] + ['{"_id": "broken", "text": ']
     (root / "corpus.jsonl").write_text("\n".join(lines) + "\n")
     return root
+
+
+@pytest.fixture(scope="session")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    """Forks the child processes of the tests that kill a build (retrieval_assets_tests.forked)."""
+    forks = Zygote(tmp_path_factory.mktemp("children"))
+    yield forks
+    forks.close()
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,7 @@ uninterrupted build of the same catalog gives."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,13 +16,15 @@ from retrieval_assets.defs.resources import CatalogResource, IndexBuildResource
 from retrieval_assets.runs import deployment_resources, evaluate_version
 from retrieval_assets_tests.builds import build_catalog
 from retrieval_assets_tests.defs.test_incremental_build import _answers, _tools, _variants, _write
+from retrieval_assets_tests.forked import Zygote
 
 # One encoder block of 2 texts per durable cache segment, so "encode" dies with work saved.
 SMALL_BLOCKS = IndexBuildResource(embedding_block_rows=2)
 
-# The nightly flow in a child: build, then evaluate and promote the candidate it sealed. Only the
-# default configuration (the one the gate judges) is evaluated: all of them (rerank on every gold
-# query) cost ~80 s a build and are not what a crash can break.
+# The nightly flow in a child process (forked by the zygote fixture): build, then evaluate and
+# promote the candidate it sealed. Only the default configuration (the one the gate judges) is
+# evaluated: all of them (rerank on every gold query) cost ~80 s a build and are not what a crash
+# can break.
 _CHILD = """
 import sys
 from retrieval_assets.defs.resources import CatalogResource, IndexBuildResource
@@ -68,7 +67,7 @@ def encoders():
 
 @pytest.mark.parametrize("point", FAULT_POINTS)
 def test_build_killed_at_each_phase_converges_and_serving_never_moves(
-    point: str, tmp_path: Path, reference, served_home, encoders
+    point: str, tmp_path: Path, reference, served_home, encoders, zygote: Zygote
 ) -> None:
     catalog, expected, expected_answers = reference
     original, served, answers = served_home
@@ -77,14 +76,8 @@ def test_build_killed_at_each_phase_converges_and_serving_never_moves(
     versions = IndexVersions(home / "indexes")
     pointer = (home / "indexes" / "promoted.json").read_bytes()
 
-    child = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(home), str(catalog)],
-        env={**os.environ, FAULT_ENV: point},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == -9, f"not killed at {point}: exit {child.returncode}\n{child.stderr[-3000:]}"
+    child = zygote.run(_CHILD, str(home), str(catalog), env={FAULT_ENV: point})
+    assert child.returncode == -9, f"not killed at {point}: exit {child.returncode}\n{child.output[-3000:]}"
 
     # Killed: nothing new is sealed unless the kill came after sealing, and serving never moved.
     sealed = [v.id for v in versions.sealed()]

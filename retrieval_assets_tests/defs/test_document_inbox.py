@@ -6,10 +6,7 @@ build killed while archiving takes every entry on the re-run, once."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +28,7 @@ from retrieval_assets.runs import (
     evaluate_version,
     run_selection,
 )
+from retrieval_assets_tests.forked import Zygote
 
 NEW_TEXT = "Axolotl limb regeneration relies on positional memory in connective tissue fibroblasts."
 
@@ -46,7 +44,8 @@ def _served_home(tiny_beir: Path, root: Path) -> tuple[dict, DagsterInstance, li
     resources = deployment_resources(root / "home", CatalogResource(format="beir", path=str(catalog)))
     instance = DagsterInstance.ephemeral()
     built = build_index(resources, instance)
-    assert evaluate_version(resources, built.candidate.version, instance).success
+    # The default configuration only: the gate judges it, and nothing here reads the others.
+    assert evaluate_version(resources, built.candidate.version, instance, configurations=[]).success
     corpus = [json.loads(line) for line in (catalog / "corpus.jsonl").read_text().splitlines()[:-1]]
     return resources, instance, corpus
 
@@ -130,20 +129,15 @@ def test_posted_documents_are_built_evaluated_promoted_and_archived(served, tmp_
     assert len(inbox.archived()) == len(entries)
 
 
-def test_a_build_killed_while_archiving_takes_every_entry_on_the_rerun_once(served, tmp_path: Path) -> None:
+def test_a_build_killed_while_archiving_takes_every_entry_on_the_rerun_once(
+    served, tmp_path: Path, zygote: Zygote
+) -> None:
     resources, _ = _copy(served, tmp_path)
     inbox = resources["catalog"].inbox()
     entries = [_upsert(f"posted-{n}", f"{NEW_TEXT} Variant {n}.") for n in range(3)]
     inbox.append(entries)
-    child = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(tmp_path / "home"), str(tmp_path / "catalog")],
-        env={**os.environ, FAULT_ENV: INBOX_FAULT_POINT},
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == -9, f"not killed while archiving: exit {child.returncode}\n{child.stderr[-3000:]}"
+    child = zygote.run(_CHILD, str(tmp_path / "home"), str(tmp_path / "catalog"), env={FAULT_ENV: INBOX_FAULT_POINT})
+    assert child.returncode == -9, f"not killed while archiving: exit {child.returncode}\n{child.output[-3000:]}"
     # Killed between writing the archive and rewriting pending: the receipts are in both files.
     assert {e.receipt for e in inbox.archived()} == {e.receipt for e in entries}
     assert inbox.pending() == []  # pending() already leaves archived receipts out

@@ -31,6 +31,7 @@ from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.defs.sensors import candidate_evaluation_sensor
 from retrieval_assets.paths import PROJECT_ROOT
 from retrieval_assets.runs import deployment_resources, run_selection
+from retrieval_assets_tests.builds import GATE_ONLY
 
 HOME_VAR = "RETRIEVAL_ASSETS_TEST_HOME"
 CATALOG_VAR = "RETRIEVAL_ASSETS_TEST_CATALOG"
@@ -101,8 +102,9 @@ def test_nightly_build_in_separate_processes_then_sensor_evaluation_promotes(tin
         request = tick.run_requests[0]
         assert request.tags[EVALUATED_VERSION_TAG] == version
 
-        # ... and running it (in process, on the same instance, with the request's tags) promotes it.
-        evaluation = run_selection(EVALUATION, resources, instance, tags=request.tags)
+        # ... and running it (in process, on the same instance, with the request's tags) promotes it;
+        # the default configuration only, which the gate judges (all of them rerank every gold query).
+        evaluation = run_selection(EVALUATION, resources, instance, tags=request.tags, run_config=GATE_ONLY)
         assert evaluation.success, evaluation.run_id
         promoted = versions.promoted()
         assert promoted is not None and promoted.id == version

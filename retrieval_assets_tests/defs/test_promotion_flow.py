@@ -27,6 +27,7 @@ from retrieval_assets.defs.resources import (
 )
 from retrieval_assets.defs.sensors import candidate_evaluation_sensor, catalog_source_sensor, document_inbox_sensor
 from retrieval_assets_tests import TEST_DATA
+from retrieval_assets_tests.builds import GATE_ONLY
 
 QUERY = "vitamin B12 deficiency and homocysteine"
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
@@ -48,6 +49,7 @@ class Deployment:
             selection=selection,
             instance=self.instance,
             partition_key=partition_key,
+            run_config=GATE_ONLY if selection is EVALUATION or selection is WHOLE_BUILD else None,
             raise_on_error=False,
             resources={
                 **code_location_resources(),
