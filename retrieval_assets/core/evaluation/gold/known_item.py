@@ -72,7 +72,7 @@ STOPWORDS = frozenset(
 )
 MAX_QUERY_TERMS = 6
 TITLE_MIN_WORDS = 4
-VARIANT_SHARE = 0.3
+VARIANT_SHARE = 0.5
 
 
 def _is_content(term: str) -> bool:

@@ -114,7 +114,7 @@ def test_sampled_terms_take_other_forms_of_their_stem_from_the_collection() -> N
         # Every term with another form in the collection comes in that form; numbered words have none.
         assert all(other_form[term] in own for term in query.split() if term in other_form)
         assert all(term in own for term in query.split() if term not in other_form)
-    assert "30%" in generate_known_item_gold(frame, created_at=AT).method
+    assert "50%" in generate_known_item_gold(frame, created_at=AT).method
 
 
 def test_fingerprint_covers_queries_and_judgements_only() -> None:
