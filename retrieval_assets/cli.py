@@ -339,7 +339,7 @@ def cmd_gold_show(args: argparse.Namespace) -> int:
     if gold.kind == "curated":
         print("method: judged by a person" + (" (BEIR qrels)" if "BEIR" in gold.source else ""))
     if generated is not None:
-        prefix = "generated (measured beside, not gated) " if gold.kind == "curated" else ""
+        prefix = "generated (judged beside it) " if gold.kind == "curated" else ""
         if prefix:
             print(f"{prefix}kind: {generated.kind}, {len(generated.queries)} queries, {generated.fingerprint[:16]}")
         print(f"{prefix}method: {generated.method}")

@@ -1,7 +1,7 @@
 """Gold for a catalog nobody judged, through the product: a folder of Markdown notes without gold is
 built and evaluated; known-item gold is generated, frozen, reused on the next evaluation, loses the
 query of a deleted document, and names itself in the report and the quality history; the ``gold``
-commands as a user runs them, and curated gold judged with generated gold measured beside it. And the
+commands as a user runs them, and curated and generated gold both judged by the gate. And the
 gold step alone: a build that loses half the documents retires no gold, an unreachable LLM falls back."""
 
 from __future__ import annotations
@@ -158,8 +158,8 @@ def test_gold_add_then_show_and_the_gate_judges_the_curated_gold(flow: dict[str,
     assert shown.returncode == 0, shown.stderr
     assert "kind: curated" in shown.stdout and "size: 1 queries" in shown.stdout
     assert f"curated file {curated}" in shown.stdout
-    # The generated gold stays, measured beside the curated gold.
-    assert "generated (measured beside, not gated)" in shown.stdout
+    # The generated gold stays, judged beside the curated gold.
+    assert "generated (judged beside it)" in shown.stdout
 
     resources = deployment_resources(flow["home"], flow["catalog"])
     run = evaluate_version(resources, flow["after_version"], configurations=[])

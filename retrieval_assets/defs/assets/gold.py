@@ -8,7 +8,7 @@ version is judged on the same queries; queries whose documents were deleted are 
 more than ``max_retired_share`` of them lost their documents in one build: that is what a broken
 build looks like, and the gate has to see it), and a new set is drawn only when ``gold_queries``
 runs with ``redraw`` (``gold_redraw_job``, ``retrieval-assets gold redraw``). With curated gold
-the generated set is kept too and measured beside it, not gated. When the multi_query LLM endpoint
+the generated set is kept too and judged beside it: the gate refuses a fall on either. When the multi_query LLM endpoint
 is set (``RETRIEVAL_LLM_BASE_URL``), a draw asks it for natural questions; the queries it fails on
 keep their known-item form, and the warnings say so.
 
@@ -70,7 +70,7 @@ class CatalogGold:
 
     @property
     def beside(self) -> GeneratedGold | None:
-        """Generated gold measured beside curated gold (not gated)."""
+        """Generated gold judged beside curated gold (a fall on either refuses the candidate)."""
         return self.generated if self.kind == "curated" and self.generated is not None else None
 
 
@@ -255,7 +255,7 @@ def gold_queries(
 ) -> MaterializeResult:
     """The catalog's gold queries: its own (BEIR qrels), a curated file, or known-item queries
     generated from its documents once, frozen, and reused by every evaluation (queries of deleted
-    documents retired, unless a build lost too many at once); generated gold is measured beside
+    documents retired, unless a build lost too many at once); generated gold is judged beside
     curated gold."""
     own = own_gold(catalog, storage)
     if own is not None and own[2]:
