@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 $(BIN)/retrieval-assets: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,production]'
 	$(BIN)/pip install --quiet --no-deps acl-anthology==0.5.4  # why --no-deps: pyproject.toml
 	touch $@
 

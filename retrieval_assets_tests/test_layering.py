@@ -57,8 +57,9 @@ def test_code_location_loads_every_definition() -> None:
         "document_update_job",
         "embedding_shards_job",
         "rollback_job",
+        "run_retention_job",
     }
-    assert {s.name for s in repository.schedule_defs} == {"nightly_index_build"}
+    assert {s.name for s in repository.schedule_defs} == {"nightly_index_build", "weekly_run_retention"}
     assert {s.name for s in repository.sensor_defs} == {
         "candidate_evaluation_sensor",
         "catalog_source_sensor",

@@ -62,6 +62,13 @@ def candidate_evaluation_sensor(
         return SkipReason(
             f"candidate {version_id} is the promoted version already (an unchanged catalog rebuilds nothing)"
         )
+    # Two builds that sealed the same version (launched together, or an unchanged catalog) ask once.
+    pending = context.instance.get_runs(
+        RunsFilter(job_name=evaluation_job.name, tags={EVALUATED_VERSION_TAG: version_id}, statuses=UNFINISHED),
+        limit=1,
+    )
+    if pending:
+        return SkipReason(f"candidate {version_id} is being evaluated already (run {pending[0].run_id})")
     # A reused version that is not served (an edit undone, a rollback) is judged again against what is served.
     return RunRequest(run_key=f"evaluate-{version_id}-{asset_event.run_id}", tags={EVALUATED_VERSION_TAG: version_id})
 

@@ -8,10 +8,17 @@ import json
 import shutil
 from pathlib import Path
 
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, build_sensor_context
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    build_sensor_context,
+)
 
 from retrieval_assets.core.index.versions import IndexVersions
-from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
+from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG, newer_candidate
 from retrieval_assets.defs.jobs import EVALUATION
 from retrieval_assets.defs.resources import CatalogResource, IndexStorageResource
 from retrieval_assets.defs.sensors import candidate_evaluation_sensor
@@ -103,3 +110,34 @@ def test_sensor_skips_an_unsealed_candidate(tmp_path):
         tick = _tick(instance, tmp_path)
         assert len(tick.run_requests) == 1
         assert tick.run_requests[0].tags[EVALUATED_VERSION_TAG] == "v-sealed"
+
+        # A second build of the same version while its evaluation runs: asked once.
+        instance.add_run(DagsterRun(job_name="evaluation_job", run_id="queued-evaluation",
+                                    tags={EVALUATED_VERSION_TAG: "v-sealed"}, status=DagsterRunStatus.STARTED))
+        instance.report_runless_asset_event(
+            AssetMaterialization(AssetKey("index_version"), metadata={"version": "v-sealed", "sealed": True})
+        )
+        tick = _tick(instance, tmp_path)
+        assert not tick.run_requests
+        assert tick.skip_message == "candidate v-sealed is being evaluated already (run queued-evaluation)"
+
+
+def test_a_candidate_superseded_by_a_later_sealed_build_is_not_the_newest():
+    """What promoted_index asks before it promotes: an older build's evaluation that runs after a
+    newer candidate was sealed must not undo it (seen on the production instance, where queued
+    evaluations run in whatever order the pool lets them)."""
+    with DagsterInstance.ephemeral() as instance:
+        def sealed(version: str, is_sealed: bool = True) -> None:
+            instance.report_runless_asset_event(
+                AssetMaterialization(AssetKey("index_version"), metadata={"version": version, "sealed": is_sealed})
+            )
+
+        assert newer_candidate(instance, "v-a") is None  # no build recorded: nothing to compare with
+        sealed("v-a")
+        sealed("v-b", is_sealed=False)  # an unsealed build supersedes nothing
+        assert newer_candidate(instance, "v-a") is None
+        sealed("v-c")
+        assert newer_candidate(instance, "v-a") == "v-c"
+        assert newer_candidate(instance, "v-c") is None
+        sealed("v-a")  # a build that reuses v-a (an edit undone) makes it the newest again
+        assert newer_candidate(instance, "v-a") is None

@@ -222,7 +222,9 @@ def test_the_api_queries_the_servers_the_dagster_services_build(compose):
     }
     assert certs and certs <= {(source, target) for source, target, _ in _mounts(api)}
     waits_for = {
-        name: c for name, c in daemon["depends_on"].items() if name != "postgres"
+        name: c
+        for name, c in daemon["depends_on"].items()
+        if name not in ("postgres", "redis")  # Dagster's storage and broker: not the API's
     }
     assert {name: api["depends_on"].get(name) for name in waits_for} == waits_for
 
@@ -297,3 +299,74 @@ def test_every_required_variable_is_listed_in_the_env_example():
     )
     assert "RETRIEVAL_ASSETS_API_KEYS" in required
     assert required <= listed, required - listed
+
+
+# --- The Celery executor: broker, workers, and the Dagster services' start-up ----------------
+
+DAGSTER_SERVICES = ("dagster-webserver", "dagster-daemon")
+
+
+def _entrypoint(service: dict) -> str:
+    entrypoint = service.get("entrypoint", [])
+    return entrypoint if isinstance(entrypoint, str) else " ".join(str(part) for part in entrypoint)
+
+
+def test_the_broker_is_published_nowhere(compose):
+    redis = compose["services"]["redis"]
+    assert str(redis["image"]).startswith("redis:")
+    assert _published(redis) == [] and "network_mode" not in redis
+    assert redis.get("healthcheck"), "the Dagster services wait for a healthy broker"
+
+
+def test_celery_workers_run_the_executor_app_with_the_dagster_environment(compose):
+    # The variable the code location's executor reads (read from its source: importing it loads Dagster).
+    executor = (ROOT / "retrieval_assets" / "defs" / "executor.py").read_text()
+    [broker_var] = re.findall(r'^BROKER_VAR = "(\w+)"$', executor, re.MULTILINE)
+    assert broker_var == "DAGSTER_CELERY_BROKER_URL"
+    worker, daemon = compose["services"]["celery-worker"], compose["services"]["dagster-daemon"]
+    command = _entrypoint(worker).split()
+    assert command[:4] == ["celery", "-A", "retrieval_assets.defs.executor", "worker"], command
+    assert "--concurrency=1" in command
+    # The same image and Dagster environment (Postgres, stores, broker) and volumes as the daemon's runs.
+    assert worker["image"] == daemon["image"] and worker.get("build") == daemon.get("build")
+    assert worker["environment"] == daemon["environment"]
+    assert sorted(_mounts(worker)) == sorted(_mounts(daemon))
+    assert worker["depends_on"]["redis"] == {"condition": "service_healthy"}
+    assert worker["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    # Scalable: `--scale celery-worker=N` / deploy.replicas need no fixed name and no published port.
+    assert "container_name" not in worker and _published(worker) == []
+    assert worker["deploy"]["replicas"] >= 1
+    for name in (*DAGSTER_SERVICES, "celery-worker"):
+        environment = compose["services"][name]["environment"]
+        assert environment[broker_var] == "redis://redis:6379/0", name
+        assert compose["services"][name]["depends_on"]["redis"] == {"condition": "service_healthy"}
+
+
+def test_the_dagster_services_migrate_the_storage_then_start(compose):
+    starts = {"dagster-webserver": "exec dagster-webserver ", "dagster-daemon": "exec dagster-daemon run "}
+    for name, start in starts.items():
+        entrypoint = compose["services"][name]["entrypoint"]
+        assert entrypoint[:2] == ["sh", "-c"], entrypoint
+        script = entrypoint[2]
+        assert script.startswith("dagster instance migrate && "), script
+        assert start in script and script.index("migrate") < script.index(start), script
+
+
+def test_the_dagster_services_give_dagster_yaml_every_variable_it_reads(compose):
+    read = set(re.findall(r"\{env: (\w+)\}", (COMPOSE.parent / "dagster.yaml").read_text()))
+    assert {"DAGSTER_PG_PORT", "DAGSTER_STORAGE_DIR", "DAGSTER_COMPUTE_LOGS_DIR"} <= read
+    for name in (*DAGSTER_SERVICES, "celery-worker"):
+        environment = compose["services"][name]["environment"]
+        assert read <= set(environment), (name, read - set(environment))
+        assert environment["DAGSTER_PG_PORT"] == "5432"
+        # Step outputs and compute logs on the volume every Dagster service and worker mounts.
+        home = environment["RETRIEVAL_ASSETS_HOME"]
+        for variable in ("DAGSTER_STORAGE_DIR", "DAGSTER_COMPUTE_LOGS_DIR"):
+            assert environment[variable].startswith(home + "/"), (name, variable)
+        assert ("indexes", home, False) in _mounts(compose["services"][name])
+
+
+def test_the_image_installs_the_production_extra():
+    dockerfile = (COMPOSE.parent / "Dockerfile").read_text()
+    assert "-e '.[production]'" in dockerfile
+    assert "dagster-postgres==" not in dockerfile  # pinned in pyproject.toml's extra only

@@ -21,7 +21,9 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetKey,
     Config,
+    DagsterInstance,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -68,6 +70,24 @@ EVALUATED_VERSION_TAG = "index_version"
 
 def evaluated_version(context: AssetExecutionContext, versions: IndexVersions, record: CandidateRecord) -> IndexVersion:
     return versions.version(context.run.tags.get(EVALUATED_VERSION_TAG) or record.version)
+
+
+def newer_candidate(instance: DagsterInstance, version_id: str) -> str | None:
+    """The candidate of the newest build that sealed one, when it is not ``version_id``.
+
+    Evaluations queue behind each other's index writes, so an older build's evaluation can run
+    after a newer candidate was promoted; promoting it then would undo the newer build. A build
+    that reuses an older version (an edit undone) materializes that version anew, so it is the
+    newest again."""
+    records = instance.fetch_materializations(AssetKey("index_version"), limit=50, ascending=False).records
+    for record in records:
+        materialization = record.asset_materialization
+        metadata = materialization.metadata if materialization else {}
+        sealed = metadata.get("sealed")
+        if "version" in metadata and (sealed is None or sealed.value):
+            newest = str(metadata["version"].value)
+            return None if newest == version_id else newest
+    return None
 
 
 def _table(frame: pd.DataFrame, descriptions: dict[str, str] | None = None) -> MetadataValue:
@@ -598,6 +618,12 @@ def promoted_index(
     report = candidate.evaluation() or {}
     if not report.get("gate", {}).get("passed"):
         raise VersionError(f"candidate {candidate.id} has not passed the promotion gate; nothing was promoted")
+    newer = newer_candidate(context.instance, candidate.id)
+    if newer is not None:
+        raise VersionError(
+            f"candidate {candidate.id} was superseded by {newer}, sealed by a later build: nothing was promoted "
+            "(the later candidate is evaluated on its own; rollback_job serves an older version on purpose)"
+        )
     current = versions.promoted()
     servers = storage.servers()
     if current is None or current.id != candidate.id:
