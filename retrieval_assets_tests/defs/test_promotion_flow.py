@@ -154,8 +154,11 @@ def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
         assert graph.get(AssetKey(name)).freshness_policy is not None, name
     # Promotion happens only when a candidate passes: quiet nights must not read as stale.
     assert graph.get(AssetKey("promoted_index")).freshness_policy is None
-    [schedule] = defs.schedules
-    assert schedule.cron_schedule == "0 2 * * *" and schedule.job_name == "index_build_job"
+    schedules = {schedule.name: schedule for schedule in defs.schedules or []}
+    assert set(schedules) == {"nightly_index_build", "weekly_run_retention"}
+    nightly = schedules["nightly_index_build"]
+    assert nightly.cron_schedule == "0 2 * * *" and nightly.job_name == "index_build_job"
+    assert schedules["weekly_run_retention"].job_name == "run_retention_job"
     assert {sensor.name for sensor in defs.sensors} == {
         "candidate_evaluation_sensor",
         "catalog_source_sensor",
@@ -163,7 +166,8 @@ def test_definitions_schedule_freshness_sensors_and_jobs() -> None:
     }
     assert candidate_evaluation_sensor.job_name == "evaluation_job"
     assert document_inbox_sensor.job_name == "document_update_job"
-    for job in ("index_build_job", "evaluation_job", "document_update_job", "embedding_shards_job", "rollback_job"):
+    for job in ("index_build_job", "evaluation_job", "document_update_job", "embedding_shards_job", "rollback_job",
+                "run_retention_job"):
         assert defs.resolve_job_def(job) is not None
     # The gate's refusal fails an evaluation run; the instance's run retry must not judge it again.
     assert defs.resolve_job_def("evaluation_job").tags["dagster/max_retries"] == "0"
