@@ -49,17 +49,25 @@ SHARDS = hash_shards.get_partition_keys()
 STEP = "embedding_cache_shard"
 
 
-def shards_job():
-    """``embedding_shards_job`` of the tiny location with the executor ``executor.py`` picks from
-    this process's environment: resolved in this process (the runs) and in each worker's pool
-    process (the step), both with the broker's variable set."""
+def _tiny_job(name: str):
+    """Job ``name`` of the tiny location with the executor ``executor.py`` picks from this
+    process's environment: resolved in this process (the runs) and in each worker's pool process
+    (the steps), both with the broker's variable set."""
     from dagster_shared.record import copy
 
     from retrieval_assets.defs.executor import distributed_executor
     from retrieval_assets_tests.deploy import tiny_location
 
     # This process loaded the definitions before the test named a broker: pick the executor again.
-    return copy(tiny_location.defs, executor=distributed_executor()).resolve_job_def("embedding_shards_job")
+    return copy(tiny_location.defs, executor=distributed_executor()).resolve_job_def(name)
+
+
+def shards_job():
+    return _tiny_job("embedding_shards_job")
+
+
+def build_job():
+    return _tiny_job("index_build_job")
 
 
 def _resources(environment: dict[str, str]) -> dict:
@@ -209,8 +217,6 @@ def test_the_executor_is_celery_exactly_where_a_broker_is_named(monkeypatch: pyt
 def test_a_shard_backfill_on_two_celery_workers_outlives_a_killed_worker_and_fills_the_cache_the_build_reuses(
     postgres, redis_url, tiny_beir: Path, tmp_path: Path, monkeypatch, reference_cache, record_property
 ):
-    from retrieval_assets.runs import build_index
-
     with _celery_deployment(postgres, redis_url, "celery_backfill", tiny_beir, tmp_path, monkeypatch) as deployment:
         environment, instance, workers, source = deployment
         pool_pids = {pid: worker.name for worker in workers for pid in worker.pool_pids()}
@@ -262,8 +268,18 @@ def test_a_shard_backfill_on_two_celery_workers_outlives_a_killed_worker_and_fil
         assert _materializations(instance) == {MultiPartitionKey({"source": source, "shard": s}): 1 for s in SHARDS}
         assert _cache_files(Path(environment[HOME_VAR])) == reference_cache
 
-        # The whole build that follows encodes nothing: every vector is in the cache.
-        built = build_index(_resources(environment), instance)
-        assert built.success
-        assert built.chunks > 0
-        assert built.encoded["dense"] == 0 and built.encoded["sparse"] == 0, built.encoded
+        # The whole build that follows, on the workers too, encodes nothing: every vector is in the cache.
+        with execute_job(reconstructable(build_job), instance=instance) as built:
+            assert built.success, [e.message for e in built.all_events if e.is_failure]
+            build_run = built.run_id
+        steps = instance.all_logs(build_run, of_type=DagsterEventType.STEP_START)
+        assert len(steps) > 10 and all(_owner(workers, e.dagster_event.pid) for e in steps if e.dagster_event)
+        materialized = {
+            m.asset_key.to_user_string(): {name: value.value for name, value in m.metadata.items()}
+            for event in instance.all_logs(build_run, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+            if (m := event.asset_materialization) is not None
+        }
+        assert materialized["chunks"]["chunks"] > 0
+        assert materialized["dense_embeddings"]["encoded"] == 0, materialized["dense_embeddings"]
+        assert materialized["sparse_embeddings"]["encoded"] == 0, materialized["sparse_embeddings"]
+        assert materialized["index_version"]["sealed"] is True
