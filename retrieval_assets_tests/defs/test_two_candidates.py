@@ -124,8 +124,8 @@ def test_sensor_skips_an_unsealed_candidate(tmp_path):
 
 def test_a_candidate_superseded_by_a_later_sealed_build_is_not_the_newest():
     """What promoted_index asks before it promotes: an older build's evaluation that runs after a
-    newer candidate was sealed must not undo it (seen on the production instance, where queued
-    evaluations run in whatever order the pool lets them)."""
+    newer candidate was sealed must not undo it (on the production instance queued evaluations
+    run in whatever order the pool lets them)."""
     with DagsterInstance.ephemeral() as instance:
         def sealed(version: str, is_sealed: bool = True) -> None:
             instance.report_runless_asset_event(
