@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, RunsFilter
 
+from retrieval_assets.defs.retention import FINISHED
 from retrieval_assets.paths import PROJECT_ROOT
 from retrieval_assets_tests.servers import Postgres
 
@@ -26,7 +27,7 @@ HOME_VAR = "RETRIEVAL_ASSETS_TEST_HOME"
 CATALOG_VAR = "RETRIEVAL_ASSETS_TEST_CATALOG"
 
 BIN = Path(sys.executable).parent
-TERMINAL = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+TERMINAL = set(FINISHED)
 
 
 def production_environment(postgres: Postgres, database: str, root: Path, catalog: Path) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from dagster import Definitions
+from dagster_shared.record import copy
 
 from retrieval_assets import definitions
 from retrieval_assets.defs.resources import CatalogResource, PromotionGateResource
@@ -24,15 +25,7 @@ def _with_tiny_resources(product: Definitions) -> Definitions:
         # flow is under test here, not the latency budget.
         gate=PromotionGateResource(p95_budget_ms=30_000),
     )
-    return Definitions(
-        assets=product.assets,
-        asset_checks=product.asset_checks,
-        jobs=product.jobs,
-        sensors=product.sensors,
-        schedules=product.schedules,
-        executor=product.executor,
-        resources={**(product.resources or {}), **resources},
-    )
+    return copy(product, resources={**(product.resources or {}), **resources})
 
 
 defs = _with_tiny_resources(definitions.defs)
