@@ -56,6 +56,9 @@ class Document(BaseModel):
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     # Empty for unstructured records; the chunker then finds sections in the text itself.
     structure: list[TextSpan] = Field(default_factory=list)
+    # Precomputed dense vectors the record carried, by model name (``embedding:<model>`` fields,
+    # docs/sources.md#precomputed-vectors); checked by cleaning, not yet normalised.
+    vectors: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class QuarantineRecord(BaseModel):
@@ -108,6 +111,9 @@ class Chunk(BaseModel):
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     # SHA-256 of the embedding text and the chunker config; embeddings are cached under it.
     content_hash: str = ""
+    # The document's precomputed vectors by model name, when the document is this one chunk; None
+    # for each model on the chunks of a document cut into several (its vectors match none of them).
+    vectors: dict[str, list[float] | None] = Field(default_factory=dict)
 
     @staticmethod
     def make_id(doc_id: str, ordinal: int, *, tenant_id: str) -> str:

@@ -22,6 +22,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "metadata": "The record's metadata fields, as JSON.",
     "structure": "A file's headings and pages: JSON spans (heading, page, length) covering its text; blank for "
     "records without structure.",
+    "vectors": "Precomputed dense vectors the record carried (embedding:<model> fields), as JSON by model name; "
+    "on a chunk, only when its document is that one chunk (else each model's name with null). Blank for none.",
     "reason": "Why the row was quarantined or the inbox entry rejected (a quarantine reason); blank otherwise.",
     "detail": "What exactly was wrong, for a person to read.",
     "receipt": "The inbox entry's receipt, as POST /documents returned it.",

@@ -101,6 +101,9 @@ def hostile_rows() -> list[Row]:
         ("deeply_nested_metadata", _tool("deep-1", metadata={"root": _nested(50)}), "invalid_metadata"),
         ("list_of_objects_metadata", _tool("deep-2", metadata={"authors": [{"name": "A"}]}), "invalid_metadata"),
         ("colliding_metadata_keys", _tool("collide-1", metadata={"a.b": 1, "a": {"b": 2}}), "invalid_metadata"),
+        # Precomputed vectors (docs/sources.md#precomputed-vectors).
+        ("vector_string", _tool("vec-1", **{"embedding:BAAI/bge-small-en-v1.5": "[0.1, 0.2]"}), "invalid_vector"),
+        ("vector_zero", _tool("vec-2", **{"embedding:BAAI/bge-small-en-v1.5": [0.0, 0.0]}), "invalid_vector"),
         # A wrong type in every field.
         ("id_list", _tool(["good-1"]), "invalid_field_type"),
         ("id_object", _tool({"id": "x"}), "invalid_field_type"),

@@ -1,7 +1,20 @@
-"""Embedding steps: dense and SPLADE vectors of every chunk through the content-addressed cache."""
+"""Embedding steps: dense and SPLADE vectors of every chunk through the content-addressed cache.
+
+A chunk may carry precomputed dense vectors from its catalog row (``Chunk.vectors``,
+docs/sources.md#precomputed-vectors). The configured dense model's vector is used as given,
+L2-normalised, when its length is the model's dimension: neither encoded nor written to or read
+from the cache, which holds what the encoder made of a text (a catalog's vector for a text must
+not stand in for the encoder's when the same text comes without one, nor outlive its row). Every
+other chunk is encoded through the cache, and what happened to each vector is counted
+(``PrecomputedStats``): vectors of other models are ignored, and a vector of the configured model
+that cannot describe its chunk (its document spans several chunks, or its length is not the
+model's dimension) leaves the chunk to the encoder, reported rather than silently."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +28,13 @@ from retrieval_assets.core.embed.cache import (
     EmbeddingCache,
     encode_with_cache,
 )
-from retrieval_assets.core.embed.vectors import DENSE_COLUMNS, SPARSE_COLUMNS, dense_values, sparse_values
+from retrieval_assets.core.embed.vectors import (
+    DENSE_COLUMNS,
+    SPARSE_COLUMNS,
+    dense_values,
+    l2_normalise,
+    sparse_values,
+)
 from retrieval_assets.core.models import embedding_text
 
 
@@ -37,22 +56,114 @@ def _embed(
     return values[columns], stats
 
 
+# Chunk ids named per kind of unused vector in ``PrecomputedStats.examples``.
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class PrecomputedStats:
+    """What became of the precomputed vectors a chunks table carried, in chunks."""
+
+    used: int = 0  # the configured model's vector, used instead of encoding
+    # Encoded although their document carried the configured model's vector: it spans several chunks.
+    split: int = 0
+    split_documents: int = 0
+    # Encoded although they carried the configured model's vector: its length is not the model's.
+    wrong_dim: int = 0
+    # Ignored: vectors of other models, by model name.
+    other_models: dict[str, int] = field(default_factory=dict)
+    # A few chunk ids for each of split and wrong_dim, to say where to look.
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def unused(self) -> int:
+        """Chunks encoded although they carried a vector of the configured model."""
+        return self.split + self.wrong_dim
+
+
+@dataclass(frozen=True)
+class DenseStats(CacheStats):
+    """``CacheStats`` of the chunks encoded through the cache, and the precomputed vectors' fate."""
+
+    precomputed: PrecomputedStats = field(default_factory=PrecomputedStats)
+
+
+def precomputed_vectors(chunks: pd.DataFrame, model: str, dim: int) -> tuple[dict[int, np.ndarray], PrecomputedStats]:
+    """The usable precomputed vectors of ``model`` by row position, L2-normalised float32, and
+    what became of every precomputed vector in the table."""
+    if "vectors" not in chunks.columns:
+        return {}, PrecomputedStats()
+    column = chunks["vectors"]
+    positions = np.flatnonzero(column.notna().to_numpy(dtype=bool)).tolist()
+    used: dict[int, np.ndarray] = {}
+    other: Counter[str] = Counter()
+    split: list[int] = []
+    wrong: list[int] = []
+    for position in positions:
+        vectors = json.loads(column.iat[position])
+        other.update(name for name in vectors if name != model)
+        if model not in vectors:
+            continue
+        vector = vectors[model]
+        if vector is None:
+            split.append(position)
+        elif len(vector) != dim:
+            wrong.append(position)
+        else:
+            values = np.asarray(vector, dtype=np.float64)
+            values = values / np.max(np.abs(values))  # no overflow in the norm of huge values
+            used[position] = l2_normalise(values[None, :])[0]
+    chunk_ids = chunks["chunk_id"]
+    examples = {
+        kind: [str(chunk_ids.iat[p]) for p in found[:EXAMPLES]]
+        for kind, found in (("split", split), ("wrong_dim", wrong))
+        if found
+    }
+    split_documents = len({(chunks["tenant_id"].iat[p], chunks["doc_id"].iat[p]) for p in split}) if split else 0
+    stats = PrecomputedStats(
+        used=len(used),
+        split=len(split),
+        split_documents=split_documents,
+        wrong_dim=len(wrong),
+        other_models=dict(sorted(other.items())),
+        examples=examples,
+    )
+    return used, stats
+
+
 def embed_dense(
     chunks: pd.DataFrame,
     encoder: DenseEncoder,
     cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
-) -> tuple[pd.DataFrame, CacheStats]:
-    """Dense vectors of every chunk of a chunks table; only text the cache lacks is encoded."""
-    return _embed(
-        chunks,
+) -> tuple[pd.DataFrame, DenseStats]:
+    """Dense vectors of every chunk of a chunks table: the configured model's precomputed vector
+    where a chunk carries a usable one (``precomputed_vectors``), else through the cache, where
+    only text the cache lacks is encoded."""
+    given, precomputed = precomputed_vectors(chunks, encoder.model_name, encoder.dim)
+    rest = [position for position in range(len(chunks)) if position not in given] if given else None
+    frame, stats = _embed(
+        chunks if rest is None else chunks.iloc[rest].reset_index(drop=True),
         lambda texts, report: dense_values(np.asarray(encoder.encode_documents(texts, progress=report))),
         cache,
         DENSE_COLUMNS,
         progress,
         block_rows,
     )
+    if rest is not None:
+        positions = list(given)
+        supplied = pd.DataFrame(
+            {
+                "chunk_id": pd.Series(chunks["chunk_id"].iloc[positions].to_numpy(), dtype="string"),
+                "content_hash": pd.Series(chunks["content_hash"].iloc[positions].to_numpy(), dtype="string"),
+                "embedding": list(given.values()),
+            }
+        )
+        order = np.argsort(np.asarray(rest + positions), kind="stable")
+        both = pd.concat([frame.astype({"chunk_id": "string", "content_hash": "string"}), supplied], ignore_index=True)
+        frame = both.iloc[order].reset_index(drop=True)[DENSE_COLUMNS]
+    return frame, DenseStats(stats.requested, stats.reused, stats.encoded, precomputed)
 
 
 def embed_sparse(

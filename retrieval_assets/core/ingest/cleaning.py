@@ -24,6 +24,13 @@ Field rules per format:
   PDF, a paper without an abstract) is quarantined with that reason. The text limit is
   ``DOCUMENT_MAX_TEXT_CHARS``: a file is a whole paper or book, not a record.
 
+Every format: a top-level field ``embedding:<model>`` (``VECTOR_PREFIX``) holds a precomputed
+dense vector of that model for the record (docs/sources.md#precomputed-vectors): a non-empty list of
+finite numbers, not all zero; ``null`` is no vector. Anything else is ``invalid_vector``, and so is
+a vector whose length differs from the most common length of its source's vectors for that model
+(``clean_parsed``; a tie goes to the length seen first). Vectors are kept as given, by model name,
+in ``Document.vectors``; whether one is used is decided at embedding time, by the configured model.
+
 Metadata is flattened to filterable values: scalars stay (a ``year`` given as a digit
 string becomes an integer, so year ranges work), lists of scalars become ``list[str]``,
 one-level objects become ``parent.child`` keys and ``null`` values are dropped; deeper
@@ -34,7 +41,9 @@ derived keys (``keywords``, ``relations.*``) get a ``meta_`` prefix.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -50,7 +59,7 @@ from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
 from retrieval_assets.core.ingest.catalog import RawRow
 from retrieval_assets.core.ingest.reasons import QuarantineReason
-from retrieval_assets.core.ingest.sources.records import TextBlock
+from retrieval_assets.core.ingest.sources.records import VECTOR_PREFIX, TextBlock
 from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, RAW_ROW_COLUMNS, document_row, frame_to_documents
 from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord, TextSpan
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
@@ -182,6 +191,8 @@ _SCALAR_TYPES = (str, int, float, bool)
 _RESERVED_KEYS = frozenset(REQUIRED_PAYLOAD_FIELDS) | {"keywords"}
 _RELATIONS_PREFIX = "relations."
 _BEIR_FIELDS = frozenset({"_id", "title", "text", "metadata"})
+# The largest finite float: a precomputed vector's integers must convert to floats.
+_FLOAT_MAX = int(sys.float_info.max)
 # Every store keeps integers as int64.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -208,6 +219,8 @@ class _Parsed:
     metadata: dict[str, MetadataValue] = field(default_factory=dict)
     # the text runs of a structured record; ``body`` is then unused
     blocks: list[TextBlock] | None = None
+    # precomputed vectors by model name (``embedding:<model>`` fields)
+    vectors: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -298,6 +311,43 @@ def _flatten_metadata(metadata: dict[str, Any], doc_id: str) -> dict[str, Metada
     return flat
 
 
+def _vector(model: str, value: Any, doc_id: str) -> list[float]:
+    """A precomputed vector, checked: a non-empty list of finite numbers, not all zero."""
+
+    def bad(why: str) -> RowRejected:
+        return RowRejected(QuarantineReason.INVALID_VECTOR, f"{VECTOR_PREFIX}{model}: {why}", doc_id)
+
+    if not isinstance(value, list):
+        found = type(value).__name__
+        raise bad(f"must be a list of numbers (in CSV, a JSON array such as [0.1, -0.2]), got {found}")
+    if not value:
+        raise bad("is an empty list")
+    for position, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            what = "null (NaN, an infinity or a missing value)" if item is None else type(item).__name__
+            raise bad(f"item {position} is {what}, not a number")
+        if isinstance(item, int) and not -_FLOAT_MAX <= item <= _FLOAT_MAX:
+            raise bad(f"item {position} is an integer beyond any float, not a finite number")
+        if not math.isfinite(item):
+            raise bad(f"item {position} is {item}, not a finite number")
+    vector = [float(item) for item in value]
+    if not any(vector):
+        raise bad(f"all {len(vector)} numbers are zero: a zero vector has no direction to search by")
+    return vector
+
+
+def _parse_vectors(record: dict[str, Any], doc_id: str) -> dict[str, list[float]]:
+    vectors = {}
+    for key, value in record.items():
+        if not key.startswith(VECTOR_PREFIX) or value is None:
+            continue
+        model = key[len(VECTOR_PREFIX) :]
+        if not model.strip():
+            raise RowRejected(QuarantineReason.INVALID_VECTOR, f"field {key!r} names no model", doc_id)
+        vectors[model] = _vector(model, value, doc_id)
+    return vectors
+
+
 def _parse_beir(record: dict[str, Any], tenant_id: str) -> _Parsed:
     doc_id = _parse_id(record, "_id")
     metadata = record.get("metadata")
@@ -305,7 +355,8 @@ def _parse_beir(record: dict[str, Any], tenant_id: str) -> _Parsed:
     scalars = {k: v for k, v in metadata.items() if _is_scalar(v)} if isinstance(metadata, dict) else {}
     for key, value in record.items():
         flat_list = isinstance(value, list) and all(_is_scalar(v) for v in value)
-        if key not in _BEIR_FIELDS and key not in scalars and (_is_scalar(value) or flat_list):
+        vector = key.startswith(VECTOR_PREFIX)
+        if key not in _BEIR_FIELDS and key not in scalars and not vector and (_is_scalar(value) or flat_list):
             scalars[key] = value
     return _Parsed(
         doc_id=doc_id,
@@ -313,6 +364,7 @@ def _parse_beir(record: dict[str, Any], tenant_id: str) -> _Parsed:
         title=_optional_str(record, "title", doc_id),
         body=_optional_str(record, "text", doc_id),
         metadata=_flatten_metadata(scalars, doc_id),
+        vectors=_parse_vectors(record, doc_id),
     )
 
 
@@ -332,6 +384,7 @@ def _parse_tool(record: dict[str, Any], tenant_id: str) -> _Parsed:
         body=_optional_str(record, "description", doc_id),
         keywords=_str_list(record.get("keywords"), "keywords", doc_id),
         metadata=flat,
+        vectors=_parse_vectors(record, doc_id),
     )
 
 
@@ -367,6 +420,7 @@ def _parse_document(record: dict[str, Any], tenant_id: str) -> _Parsed:
         body="" if blocks is not None else _optional_str(record, "text", doc_id),
         metadata=_flatten_metadata(_optional_object(record, "metadata", doc_id), doc_id),
         blocks=blocks,
+        vectors=_parse_vectors(record, doc_id),
     )
 
 
@@ -408,6 +462,7 @@ def _to_document(parsed: _Parsed, fmt: RecordFormat, max_text_chars: int) -> Doc
             tenant_id=parsed.tenant_id,
             metadata=parsed.metadata,
             structure=structure,
+            vectors=parsed.vectors,
         )
     if len(parsed.body) > max_text_chars:
         # Checked before cleaning so a pathological row costs nothing to reject.
@@ -426,7 +481,14 @@ def _to_document(parsed: _Parsed, fmt: RecordFormat, max_text_chars: int) -> Doc
     if keywords:
         body = f"{body}\nKeywords: {', '.join(keywords)}"
         metadata["keywords"] = keywords
-    return Document(doc_id=parsed.doc_id, title=title, text=body, tenant_id=parsed.tenant_id, metadata=metadata)
+    return Document(
+        doc_id=parsed.doc_id,
+        title=title,
+        text=body,
+        tenant_id=parsed.tenant_id,
+        metadata=metadata,
+        vectors=parsed.vectors,
+    )
 
 
 def _reject_constant(name: str) -> None:
@@ -515,6 +577,38 @@ class CleanedFrame:
         )
 
 
+def _with_consistent_vectors(parsed: pd.DataFrame) -> pd.DataFrame:
+    """``parse_rows`` records with each vector whose length is not the most common length of the
+    source's vectors for its model (a tie: the length seen first) rejected as ``invalid_vector``."""
+    carrying = np.flatnonzero((parsed["reason"].isna() & parsed["vectors"].notna()).to_numpy(dtype=bool)).tolist()
+    if not carrying:
+        return parsed
+    lengths: dict[int, dict[str, int]] = {
+        position: {model: len(vector) for model, vector in json.loads(parsed.at[position, "vectors"]).items()}
+        for position in carrying
+    }
+    counts: dict[str, Counter[int]] = {}
+    for by_model in lengths.values():
+        for model, length in by_model.items():
+            counts.setdefault(model, Counter())[length] += 1
+    usual = {model: counter.most_common(1)[0][0] for model, counter in counts.items()}
+    bad = {
+        position: next(model for model, length in by_model.items() if length != usual[model])
+        for position, by_model in lengths.items()
+        if any(length != usual[model] for model, length in by_model.items())
+    }
+    if not bad:
+        return parsed
+    parsed = parsed.copy()
+    for position, model in bad.items():
+        parsed.at[position, "reason"] = QuarantineReason.INVALID_VECTOR.value
+        parsed.at[position, "detail"] = (
+            f"{VECTOR_PREFIX}{model}: {lengths[position][model]} numbers, but {counts[model][usual[model]]} of "
+            f"this source's vectors for {model} have {usual[model]}"
+        )
+    return parsed
+
+
 def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) -> CleanedFrame:
     """Documents and quarantine records of raw rows from their parses (``parse_rows``, row for
     row). The rows are a ``RAW_ROW_COLUMNS`` frame or the ``RawRow``s themselves, which may hold
@@ -525,7 +619,7 @@ def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) ->
         raise ValueError(f"{len(rows)} raw rows but {len(parsed)} parses")
     if isinstance(rows, pd.DataFrame):
         rows = rows.reset_index(drop=True)
-    parsed = parsed.reset_index(drop=True)
+    parsed = _with_consistent_vectors(parsed.reset_index(drop=True))
 
     def raw_row(position: int) -> RawRow:
         if isinstance(rows, pd.DataFrame):

@@ -16,6 +16,9 @@ class QuarantineReason(StrEnum):
     EMPTY_TEXT = "empty_text"  # nothing left to retrieve after cleaning or extraction
     TEXT_TOO_LONG = "text_too_long"  # the source text is over ``max_text_chars``
     DUPLICATE_ID = "duplicate_id"  # an earlier row of the same tenant with the same id was already kept
+    # A precomputed vector (an ``embedding:<model>`` field or column) that is not a non-empty list of
+    # finite numbers, is all zeros, or differs in length from its source's other vectors for that model
+    INVALID_VECTOR = "invalid_vector"
     # Files (``sources.files``)
     UNSUPPORTED_FORMAT = "unsupported_format"  # no extractor reads this file's extension
     FILE_TOO_LARGE = "file_too_large"  # the file is over the source's size limit

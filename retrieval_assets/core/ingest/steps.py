@@ -354,12 +354,23 @@ def chunk_frame(
 
 
 def chunk_documents(documents: Sequence[Document], settings: ChunkingSettings) -> list[Chunk]:
-    """Chunks with their ``content_hash``: the embedding text under this chunker config."""
+    """Chunks with their ``content_hash``: the embedding text under this chunker config.
+
+    A document's precomputed vectors go with it when it is one chunk, which they then describe.
+    The chunks of a document cut into several carry each model's name with no vector
+    (``Chunk.vectors``): the document's vector matches none of them, so they are encoded, and the
+    embedding step reports it (docs/sources.md#precomputed-vectors)."""
     chunker = make_chunker(settings.kind, settings.window_words, settings.overlap_words)
     config = settings.model_dump_json()
-    return [
-        chunk.model_copy(update={"content_hash": content_hash(config, chunk.embedding_text)})
-        for doc in documents
-        for chunk in chunker.chunk(doc)
-    ]
+    chunks = []
+    for doc in documents:
+        pieces = chunker.chunk(doc)
+        vectors: dict[str, list[float] | None] = {}
+        if doc.vectors:
+            vectors = dict(doc.vectors) if len(pieces) == 1 else dict.fromkeys(doc.vectors)
+        chunks += [
+            chunk.model_copy(update={"content_hash": content_hash(config, chunk.embedding_text), "vectors": vectors})
+            for chunk in pieces
+        ]
+    return chunks
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "metadata": "string",
     # JSON list of TextSpan objects for structured documents (files); <NA> for the others
     "structure": "string",
+    # JSON object of precomputed vectors by model name (``Document.vectors``); <NA> for none
+    "vectors": "string",
 }
 QUARANTINE_COLUMNS: dict[str, str] = {
     "source": "string",
@@ -63,6 +65,8 @@ CHUNK_COLUMNS: dict[str, str] = {
     "text": "string",
     "metadata": "string",
     "content_hash": "string",
+    # JSON object of the document's precomputed vectors (``Chunk.vectors``); <NA> for none
+    "vectors": "string",
 }
 
 
@@ -105,9 +109,15 @@ def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.Dat
     return pd.DataFrame(list(records), columns=list(columns)).astype(columns)
 
 
+# Columns a frame written before they existed lacks: read as all missing.
+OPTIONAL_COLUMNS = frozenset({"vectors"})
+
+
 def _records(frame: pd.DataFrame, columns: dict[str, str], what: str) -> Iterator[dict[str, Any]]:
     """Rows as plain Python dicts (missing values as ``None``), after checking the columns."""
     missing = [c for c in columns if c not in frame.columns]
+    if missing and set(missing) <= OPTIONAL_COLUMNS:
+        frame, missing = frame.assign(**dict.fromkeys(missing)), []
     if missing:
         raise ValueError(f"{what} frame lacks columns {missing}; has {list(frame.columns)}")
     for record in frame[list(columns)].to_dict("records"):
@@ -129,10 +139,20 @@ def frame_to_raw_rows(frame: pd.DataFrame) -> Iterator[RawRow]:
 def document_row(doc: Document) -> dict[str, Any]:
     """A document as a ``DOCUMENT_COLUMNS`` row."""
     return {
-        **doc.model_dump(exclude={"structure"}),
+        **doc.model_dump(exclude={"structure", "vectors"}),
         "metadata": dump_metadata(doc.metadata),
         "structure": dump_structure(doc.structure),
+        "vectors": dump_vectors(doc.vectors),
     }
+
+
+def dump_vectors(vectors: Mapping[str, Sequence[float] | None]) -> str | None:
+    """Precomputed vectors by model name as JSON, None for none (most documents)."""
+    return json.dumps(vectors, sort_keys=True) if vectors else None
+
+
+def load_vectors(value: str | None) -> dict[str, Any]:
+    return json.loads(value) if value else {}
 
 
 def dump_structure(structure: Sequence[TextSpan]) -> str | None:
@@ -152,6 +172,7 @@ def frame_to_documents(frame: pd.DataFrame) -> list[Document]:
                 **record,
                 "metadata": json.loads(record["metadata"]),
                 "structure": json.loads(record["structure"]) if record["structure"] else [],
+                "vectors": load_vectors(record["vectors"]),
             }
         )
         for record in _records(frame, DOCUMENT_COLUMNS, "documents")
@@ -171,13 +192,16 @@ def frame_to_receipts(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def chunks_to_frame(chunks: Iterable[Chunk]) -> pd.DataFrame:
-    records = ({**chunk.model_dump(), "metadata": dump_metadata(chunk.metadata)} for chunk in chunks)
+    records = (
+        {**chunk.model_dump(), "metadata": dump_metadata(chunk.metadata), "vectors": dump_vectors(chunk.vectors)}
+        for chunk in chunks
+    )
     return _frame(records, CHUNK_COLUMNS)
 
 
 def frame_to_chunks(frame: pd.DataFrame) -> list[Chunk]:
     return [
-        Chunk(**{**record, "metadata": json.loads(record["metadata"])})
+        Chunk(**{**record, "metadata": json.loads(record["metadata"]), "vectors": load_vectors(record["vectors"])})
         for record in _records(frame, CHUNK_COLUMNS, "chunks")
     ]
 
@@ -192,6 +216,7 @@ def chunk_payloads(frame: pd.DataFrame) -> list[Payload]:
         }
         record.pop("ordinal")
         record.pop("content_hash")
+        record.pop("vectors")  # the dense index holds them; a payload is what a hit shows
         # Required fields last: they win over a colliding metadata key (cleaning renames those anyway).
         payloads.append({**metadata, **record})
     return payloads

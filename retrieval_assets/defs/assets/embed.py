@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.cache import CacheStats
-from retrieval_assets.core.embed.steps import embed_dense, embed_sparse, embedding_cache
+from retrieval_assets.core.embed.steps import DenseStats, PrecomputedStats, embed_dense, embed_sparse, embedding_cache
 from retrieval_assets.core.ingest.steps import (
     chunk_documents,
     clean_catalog,
@@ -53,6 +53,7 @@ def _embed_chunks(
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
         cache.compact(list(frame["content_hash"]))
     seconds = timer["seconds"]
+    precomputed = _precomputed(context, stats.precomputed) if isinstance(stats, DenseStats) else {}
     return frame, {
         **({"encoder_changed": change} if change is not None else {}),
         **table_metadata(frame),
@@ -64,6 +65,32 @@ def _embed_chunks(
         "reused_from_cache": stats.reused,
         "seconds": seconds,
         "encoded_per_second": round(stats.encoded / max(seconds, 1e-9), 2),
+        **precomputed,
+    }
+
+
+def _precomputed(context: AssetExecutionContext, stats: PrecomputedStats) -> dict[str, Any]:
+    """Metadata and log lines on the catalog's precomputed vectors: none goes unused unsaid."""
+    if stats.other_models:
+        counts = ", ".join(f"{model}: {count}" for model, count in stats.other_models.items())
+        context.log.info(
+            f"dense embeddings: ignored precomputed vectors of models other than the configured one ({counts})"
+        )
+    if stats.split:
+        context.log.warning(
+            f"dense embeddings: {stats.split_documents} document(s) carry a vector of the configured model but are cut "
+            f"into {stats.split} chunks, which were encoded (e.g. {stats.examples['split']}): raise "
+            "chunking.window_words or drop the vector"
+        )
+    if stats.wrong_dim:
+        context.log.warning(
+            f"dense embeddings: {stats.wrong_dim} chunk(s) carry a vector of the configured model whose length is not "
+            f"its dimension, and were encoded (e.g. {stats.examples['wrong_dim']})"
+        )
+    return {
+        "precomputed_used": stats.used,
+        "precomputed_unused": stats.unused,
+        "precomputed_other_models": MetadataValue.json(stats.other_models),
     }
 
 
@@ -75,7 +102,8 @@ def dense_embeddings(
     build: IndexBuildResource,
     chunks: pd.DataFrame,
 ) -> MaterializeResult[pd.DataFrame]:
-    """One L2-normalised vector per chunk from the configured dense encoder (GPU when present)."""
+    """One L2-normalised vector per chunk from the configured dense encoder (GPU when present), or
+    the catalog's own vector of that model where a one-chunk document carries one."""
     encoder = models.dense_encoder()
     frame, metadata = _embed_chunks(context, storage, build, chunks, "dense", encoder, embed_dense)
     return MaterializeResult(value=frame, metadata={**metadata, "dim": encoder.dim})
@@ -139,6 +167,7 @@ def embedding_cache_shard(
             "documents": len(shard),
             "chunks": len(chunks),
             "dense_encoded": dense_stats.encoded,
+            "dense_precomputed": dense_stats.precomputed.used,
             "sparse_encoded": sparse_stats.encoded,
             "reused_from_cache": dense_stats.reused,
             "seconds": timer["seconds"],

@@ -96,6 +96,7 @@ HOSTILE_LINES: list[tuple[bytes, str | None]] = [
     (_tool(id="deep", metadata={"a": {"b": {"c": 1}}}), "invalid_metadata"),
     (_tool(id="deeplist", metadata={"a": [[1]]}), "invalid_metadata"),
     (_tool(id="clash", metadata={"a.b": 1, "a": {"b": 2}}), "invalid_metadata"),
+    (_tool(id="vec", **{"embedding:BAAI/bge-small-en-v1.5": [0.0, 0.0]}), "invalid_vector"),
 ]
 
 
@@ -322,7 +323,9 @@ def test_frames_round_trip_and_have_columns_when_empty(hostile, tmp_path: Path) 
     quarantine = quarantine_to_frame(hostile.quarantine)
     assert len(quarantine) == len(hostile.quarantine)
     assert list(quarantine_to_frame([]).columns) == list(QUARANTINE_COLUMNS)
-    assert list(documents_to_frame([]).columns) == ["doc_id", "title", "text", "tenant_id", "metadata", "structure"]
+    assert list(documents_to_frame([]).columns) == [
+        "doc_id", "title", "text", "tenant_id", "metadata", "structure", "vectors"
+    ]
     assert frame_to_documents(documents_to_frame([])) == []
     with pytest.raises(ValueError, match="lacks columns"):
         frame_to_documents(frame.drop(columns=["text"]))

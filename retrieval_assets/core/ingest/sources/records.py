@@ -6,7 +6,8 @@ either a document::
     {"id": "notes/a.md", "title": "...", "blocks": [{"heading": "Methods", "page": 3, "text": "..."}],
      "tenant_id": "...", "metadata": {"format": "markdown", "bytes": 1234}}
 
-(``text`` instead of ``blocks`` for sources without structure), or a rejection::
+(``text`` instead of ``blocks`` for sources without structure; a table row's precomputed vectors
+as ``"embedding:<model>": [...]`` fields, as in a tool catalog), or a rejection::
 
     {"id": "scans/b.pdf", "rejected": {"reason": "no_text_layer", "detail": "12 pages, no text on any"}}
 
@@ -25,6 +26,11 @@ from pydantic import BaseModel, ConfigDict
 
 from retrieval_assets.core.ingest.catalog import RawRow
 from retrieval_assets.core.ingest.reasons import QuarantineReason
+
+# A record's field (a table's column) named ``embedding:<model>`` holds that model's precomputed
+# vector of the record. Everything after the first colon is the model name, slashes and dots
+# included (``embedding:BAAI/bge-small-en-v1.5``); Hugging Face names hold no colon.
+VECTOR_PREFIX = "embedding:"
 
 
 class TextBlock(BaseModel):
@@ -54,8 +60,10 @@ def document_record(
     blocks: list[TextBlock] | None = None,
     tenant_id: str | None = None,
     metadata: dict[str, Any] | None = None,
+    vectors: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A document record: ``text`` or ``blocks`` (structured text), not both."""
+    """A document record: ``text`` or ``blocks`` (structured text), not both. ``vectors`` are
+    field name (``embedding:<model>``) to value, passed on unchecked for cleaning to judge."""
     if (text is None) == (blocks is None):
         raise ValueError("a document record has text or blocks, not both or neither")
     record: dict[str, Any] = {"id": doc_id, "title": title}
@@ -67,6 +75,8 @@ def document_record(
         record["tenant_id"] = tenant_id
     if metadata:
         record["metadata"] = metadata
+    if vectors:
+        record.update(vectors)
     return record
 
 

@@ -40,6 +40,11 @@ cleaning quarantines the row as ``invalid_metadata``. Structs become ``parent.ch
 timestamps, dates and times become ISO 8601 strings, decimals floats, durations seconds; nulls,
 NaN and infinities (which JSON cannot hold) are dropped.
 
+Precomputed vectors. A column named ``embedding:<model>`` (``records.VECTOR_PREFIX``) holds each
+row's dense vector of that model (docs/sources.md#precomputed-vectors): a list of numbers in Parquet
+and JSON Lines, a JSON array (``[0.1, -0.2]``) in CSV and TSV, whose fields are text; an empty or
+null value is no vector. Such columns are never metadata; cleaning checks their values.
+
 CSV decoding. CSV has no types: every field is read as bytes and decoded here, so all values are
 strings (cleaning turns a digit-string ``year`` into an integer) and an empty field is null. This
 keeps ids such as ``007`` intact, lets a column that looks numeric in the first block hold ``n/a``
@@ -77,7 +82,13 @@ import pyarrow.dataset as ds
 
 from retrieval_assets.core.ingest.catalog import CatalogError, CatalogSource, ColumnMapping, RawRow
 from retrieval_assets.core.ingest.reasons import QuarantineReason
-from retrieval_assets.core.ingest.sources.records import SourceRead, document_record, record_row, rejected_record
+from retrieval_assets.core.ingest.sources.records import (
+    VECTOR_PREFIX,
+    SourceRead,
+    document_record,
+    record_row,
+    rejected_record,
+)
 
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 CSV_SUFFIXES = (".csv", ".csv.gz")
@@ -157,15 +168,22 @@ class _Plan:
     metadata: tuple[str, ...]
     metadata_named: bool  # columns.metadata was given: keep what it names, however nested
     skipped: tuple[str, ...]  # columns left out of metadata: bytes, maps, deep nesting
+    vectors: tuple[str, ...] = ()  # ``embedding:<model>`` columns
+    vectors_as_text: bool = False  # CSV: a vector is a JSON array in a text field
 
     def wanted(self) -> list[str]:
         """Columns to read, in table order."""
-        keep = {self.id, self.title, self.text, self.tenant, *self.metadata}
+        keep = {self.id, self.title, self.text, self.tenant, *self.metadata, *self.vectors}
         return [c for c in self.columns if c in keep]
 
 
 def _resolve(
-    where: Path, columns: Sequence[str], mapping: ColumnMapping, supported: Mapping[str, bool] | None = None
+    where: Path,
+    columns: Sequence[str],
+    mapping: ColumnMapping,
+    supported: Mapping[str, bool] | None = None,
+    *,
+    vectors_as_text: bool = False,
 ) -> _Plan:
     """The plan for a table with ``columns``; ``supported`` tells, per column, whether its type can be
     metadata (None: decided per value, for JSON Lines and CSV)."""
@@ -180,6 +198,7 @@ def _resolve(
             raise missing(named, f"columns.{field}")
         chosen[field] = named
     lowered: dict[str, str] = {}
+    vectors = tuple(c for c in columns if c.startswith(VECTOR_PREFIX) and c not in chosen.values())
     for column in columns:
         lowered.setdefault(column.lower(), column)
     for field in FIELDS:
@@ -197,9 +216,9 @@ def _resolve(
                     f"{where}: column {column!r} (columns.metadata) cannot be metadata: metadata holds scalars, "
                     "lists of scalars and one-level structs, not bytes, maps or deeper nesting"
                 )
-        metadata = tuple(mapping.metadata)
+        metadata = tuple(c for c in mapping.metadata if c not in vectors)
     else:
-        others = [c for c in columns if c not in chosen.values()]
+        others = [c for c in columns if c not in chosen.values() and c not in vectors]
         metadata = tuple(c for c in others if supported is None or supported[c])
         skipped = tuple(c for c in others if c not in metadata)
     return _Plan(
@@ -211,6 +230,8 @@ def _resolve(
         metadata=metadata,
         metadata_named=mapping.metadata is not None,
         skipped=skipped,
+        vectors=vectors,
+        vectors_as_text=vectors_as_text,
     )
 
 
@@ -245,13 +266,26 @@ def _record(row: Mapping[str, Any], plan: _Plan) -> dict[str, Any]:
                 _put_metadata(metadata, f"{column}.{child}", child_value, plan.metadata_named)
         else:
             _put_metadata(metadata, column, value, plan.metadata_named)
+    vectors = {column: _vector_value(row.get(column), plan.vectors_as_text) for column in plan.vectors}
     return document_record(
         doc_id,
         fields["title"],
         text=fields["text"],
         tenant_id=fields["tenant"].strip() or None,
         metadata=metadata,
+        vectors={column: value for column, value in vectors.items() if value is not None},
     )
+
+
+def _vector_value(value: Any, as_text: bool) -> Any:
+    """A vector column's value for cleaning to check: a CSV field's JSON array parsed (text that is
+    not JSON is passed on as it is, for cleaning to quarantine), a tuple as a list."""
+    if as_text and isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _put_metadata(metadata: dict[str, Any], key: str, value: Any, keep_unsupported: bool) -> None:
@@ -430,7 +464,7 @@ class _CsvReader(_Reader):
         )
 
     def plan(self, mapping: ColumnMapping) -> _Plan:
-        return _resolve(self.path, self.names, mapping)
+        return _resolve(self.path, self.names, mapping, vectors_as_text=True)
 
     def records(self, plan: _Plan) -> Iterator[dict[str, Any]]:
         wanted = plan.wanted()
