@@ -45,11 +45,14 @@ class ModelLoadError(RuntimeError):
 
 
 def encoder_fingerprint(encoder: object) -> str:
-    """What decides an encoder's output: cached vectors are reused only under the same fingerprint."""
+    """What decides an encoder's output: cached vectors are reused only under the same fingerprint.
+
+    A remote encoder's ``endpoint`` (its URL) is part of it: another server may serve another
+    revision of a model under the same name."""
     facts = [type(encoder).__name__, getattr(encoder, "model_name", "")]
     facts += [
         f"{name}={getattr(encoder, name)}"
-        for name in ("dim", "max_length", "top_terms", "graph")
+        for name in ("dim", "max_length", "top_terms", "graph", "endpoint")
         if hasattr(encoder, name)
     ]
     return "|".join(str(fact) for fact in facts)
