@@ -212,6 +212,20 @@ def cmd_bench_incremental(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_bench_scale(args: argparse.Namespace) -> int:
+    from retrieval_assets.bench.scale import bench_scale
+
+    return bench_scale(
+        Path(args.dataset),
+        args.chunks,
+        args.base_documents,
+        args.queries,
+        args.approximate_from_chunks,
+        args.workdir,
+        args.json_out,
+    )
+
+
 def cmd_bench_latency(args: argparse.Namespace) -> int:
     from retrieval_assets.bench.latency import bench_latency
 
@@ -515,6 +529,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     incremental.add_argument("--json-out", help="also write the result JSON to this file")
     incremental.set_defaults(func=cmd_bench_incremental)
+
+    scale = _command(
+        sub,
+        "bench-scale",
+        help="build a version of --chunks chunks grown from a real corpus and its real vectors (through the "
+        "build job), then time serving, recall against exact search, one changed document and a 1%% delta",
+    )
+    scale.add_argument("--dataset", required=True, help="BEIR directory of the base corpus (e.g. the ACL Anthology)")
+    scale.add_argument("--chunks", type=int, required=True, help="chunks of the grown version")
+    scale.add_argument(
+        "--base-documents", type=int, default=2000, help="base records with text, encoded for real (not timed)"
+    )
+    scale.add_argument("--queries", type=int, default=200, help="titles of base documents used as queries")
+    scale.add_argument(
+        "--approximate-from-chunks",
+        type=int,
+        help="the build's dense_index.approximate_from_chunks (default: the product's), to try HNSW on a small run",
+    )
+    scale.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
+    scale.add_argument("--json-out", help="also write the result JSON to this file")
+    scale.set_defaults(func=cmd_bench_scale)
 
     latency = _command(
         sub, "bench-latency", help="query P50/P95 per backend (bm25, dense, splade, hybrid) of a version"

@@ -33,6 +33,13 @@ def emit_figures(figures: dict[str, Any], json_out: str | None) -> None:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory. Linux's ``VmHWM`` starts afresh in a spawned child,
+    where ``ru_maxrss`` carries the parent's peak at the fork over."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 

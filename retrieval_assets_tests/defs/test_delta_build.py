@@ -17,7 +17,7 @@ from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.models import Strategy
 from retrieval_assets.core.retrieval.service import open_retriever
 from retrieval_assets.core.settings import RetrievalSettings
-from retrieval_assets.defs.resources import IndexBuildResource, ModelResource
+from retrieval_assets.defs.resources import DenseIndexConfig, IndexBuildResource, ModelResource
 from retrieval_assets.paths import BUNDLED_DATA
 from retrieval_assets.runs import materialized
 from retrieval_assets_tests.builds import build_catalog
@@ -113,9 +113,10 @@ def _assert_same_version(delta: IndexVersion, full: IndexVersion, models: ModelR
         built = {
             key: value
             for key, value in read_build_manifest(getattr(delta.layout, index)).items()
-            if key != "base_version"
+            if key not in ("base_version", "tombstones")
         }
-        assert built == read_build_manifest(getattr(full.layout, index)), index
+        whole = read_build_manifest(getattr(full.layout, index))
+        assert built == {key: value for key, value in whole.items() if key != "tombstones"}, index
     for table in ("vocabulary", "vocabulary_counts", "graph", "chunks"):
         pd.testing.assert_frame_equal(
             pd.read_parquet(getattr(delta.layout, table)), pd.read_parquet(getattr(full.layout, table)), obj=table
@@ -126,16 +127,19 @@ def _assert_same_version(delta: IndexVersion, full: IndexVersion, models: ModelR
         _assert_same_hits(delta_answers[request], hits, request)
 
 
-def test_small_change_is_a_delta_that_answers_as_a_full_build(tmp_path: Path) -> None:
-    models = ModelResource()
+def _delta_and_full(
+    tmp_path: Path, build: IndexBuildResource
+) -> tuple[Path, IndexVersion, IndexVersion, IndexVersion, Path]:
+    """The changed catalog built as a delta from the promoted first one, and built in full in
+    another home; checked to hold the same chunks and give the same answers."""
     records = [*_tools(), *_papers()]
     first = _write(tmp_path / "first.jsonl", records)
     second = _write(tmp_path / "second.jsonl", _changed(records))
 
     home = tmp_path / "home"
-    _, served = build_catalog(home, first, build=DELTA)
+    _, served = build_catalog(home, first, build=build)
     IndexVersions(home / "indexes").promote(served, reason="test")
-    outcome, delta = build_catalog(home, second, build=DELTA)
+    outcome, delta = build_catalog(home, second, build=build)
     candidate = materialized(outcome.run, "index_candidate")
     assert outcome.candidate.base_version == served.id and candidate["mode"] == f"delta from {served.id}"
     # One text and one metadata value changed, one document added: 3 upserts; one removed.
@@ -147,14 +151,33 @@ def test_small_change_is_a_delta_that_answers_as_a_full_build(tmp_path: Path) ->
     # The same catalog built in full in another home (its cache copied: vectors depend on text only).
     other = tmp_path / "other"
     shutil.copytree(home / "embedding_cache", other / "embedding_cache")
-    full_outcome, full = build_catalog(other, second, build=DELTA)
+    full_outcome, full = build_catalog(other, second, build=build)
     assert full_outcome.candidate.mode == "full" and full_outcome.encoded["dense"] == 0
     assert "no promoted version" in full_outcome.candidate.build_reason
     assert full.id == delta.id
-    _assert_same_version(delta, full, models)
+    _assert_same_version(delta, full, ModelResource())
+    return first, served, delta, full, other
+
+
+def test_small_change_is_a_delta_that_answers_as_a_full_build(tmp_path: Path) -> None:
+    first, served, _, full, other = _delta_and_full(tmp_path, DELTA)
+    assert read_build_manifest(full.layout.faiss)["index_type"] == "flat"
 
     # Above the threshold, the same change is built in full, with the reason.
     IndexVersions(other / "indexes").promote(full, reason="test")
     strict, again = build_catalog(other, first, build=IndexBuildResource(delta_max_changed_fraction=0.02))
     assert strict.candidate.mode == "full" and "above delta_max_changed_fraction" in strict.candidate.build_reason
     assert again.id == served.id and backend_chunk_ids(again) == backend_chunk_ids(served)
+
+
+def test_a_delta_of_an_approximate_version_leaves_tombstones_and_answers_as_a_full_build(tmp_path: Path) -> None:
+    """With HNSW (every version approximate here), the delta adds and removes vectors in the
+    base's graph instead of rebuilding it: the replaced and removed chunks are tombstones."""
+    approximate = IndexBuildResource(  # type: ignore[call-arg]
+        delta_max_changed_fraction=0.2, dense_index=DenseIndexConfig(approximate_from_chunks=0)
+    )
+    _, _, delta, full, _ = _delta_and_full(tmp_path, approximate)
+    assert read_build_manifest(delta.layout.faiss)["index_type"] == "hnsw"
+    # Two changed chunks were replaced and one removed; the new document's chunk is simply added.
+    assert read_build_manifest(delta.layout.faiss)["tombstones"] == 3
+    assert read_build_manifest(full.layout.faiss)["tombstones"] == 0

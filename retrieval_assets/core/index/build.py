@@ -26,7 +26,7 @@ from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
 from retrieval_assets.core.models import SparseVector, chunk_document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
-from retrieval_assets.core.settings import VocabularySettings
+from retrieval_assets.core.settings import DenseIndexSettings, VocabularySettings
 from retrieval_assets.core.stores.base import (
     REQUIRED_PAYLOAD_FIELDS,
     TAGS_FIELD,
@@ -56,7 +56,13 @@ CHUNK_TABLE_COLUMNS = ["chunk_id", "doc_id", "row_hash"]
 def chunk_table(chunks: pd.DataFrame) -> pd.DataFrame:
     """Each chunk's id, document and a hash of its whole row as indexed (text, hash, metadata):
     a version keeps it, and the next build diffs its chunks against it."""
-    hashes = pd.util.hash_pandas_object(chunks, index=False).to_numpy()
+    without_vectors = chunks.drop(columns=["vectors"], errors="ignore")
+    hashes = pd.util.hash_pandas_object(without_vectors, index=False).to_numpy().copy()
+    # A chunk without precomputed vectors hashes as before the column existed, so upgrading
+    # renames no version; one with them changes when they do.
+    if "vectors" in chunks:
+        carried = chunks["vectors"].notna().to_numpy()
+        hashes[carried] ^= pd.util.hash_pandas_object(chunks["vectors"][carried], index=False).to_numpy()
     return pd.DataFrame(
         {"chunk_id": chunks["chunk_id"].to_numpy(), "doc_id": chunks["doc_id"].to_numpy(), "row_hash": hashes}
     )
@@ -87,8 +93,10 @@ def candidate_fingerprints(
     graph_domain_fields: tuple[str, ...] | list[str],
     context_tokens: ContextTokenSettings,
     lexical_stemmer: Stemmer = "english",
+    dense_index: DenseIndexSettings | None = None,
 ) -> tuple[str, str]:
     """The build fingerprint (the version's name) of a ``chunk_table`` and the settings fingerprint."""
+    dense_index = dense_index or DenseIndexSettings()
     settings = {
         "dense": encoder_fingerprint(dense_encoder),
         "sparse": encoder_fingerprint(sparse_encoder),
@@ -97,6 +105,13 @@ def candidate_fingerprints(
         "context_tokens": context_tokens.model_dump(mode="json"),
         # Named only when not the default, so versions built before the setting keep their names.
         **({"lexical_stemmer": lexical_stemmer} if lexical_stemmer != "english" else {}),
+        # Named only for an approximate index: an exact version's name does not depend on HNSW's
+        # settings, and crossing the threshold changes the settings, so no delta mixes the two.
+        **(
+            {"dense_index": dense_index.model_dump(exclude={"approximate_from_chunks"})}
+            if dense_index.index_type(len(table)) == "hnsw"
+            else {}
+        ),
     }
     return build_fingerprint(table, **settings), settings_fingerprint(**settings)
 
@@ -164,11 +179,26 @@ def point_batches(
 
 
 def build_faiss_index(
-    path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, model_name: str, context: ContextTokenSettings | None = None
+    path: Path,
+    chunks: pd.DataFrame,
+    dense: pd.DataFrame,
+    model_name: str,
+    context: ContextTokenSettings | None = None,
+    dense_index: DenseIndexSettings | None = None,
 ) -> FaissDenseStore:
+    """A new FAISS index of every chunk: the exact scan, or HNSW from ``approximate_from_chunks`` on."""
+    dense_index = dense_index or DenseIndexSettings()
     payloads = index_payloads(chunks, context)
     matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
-    store = FaissDenseStore.create(path, dim=matrix.shape[1], overwrite=True)
+    store = FaissDenseStore.create(
+        path,
+        dim=matrix.shape[1],
+        index_type=dense_index.index_type(len(payloads)),
+        hnsw_m=dense_index.hnsw_m,
+        ef_construction=dense_index.hnsw_ef_construction,
+        ef_search=dense_index.hnsw_ef_search,
+        overwrite=True,
+    )
     return write_faiss_points(store, payloads, matrix, model_name)
 
 
@@ -180,7 +210,15 @@ def write_faiss_points(
         store.upsert_dense(payloads, matrix)
     fault_point("faiss_index")
     store.finalize()
-    write_build_manifest(store.directory, dense_model=model_name, dim=store.dim, count=store.count(), **facts)
+    write_build_manifest(
+        store.directory,
+        dense_model=model_name,
+        dim=store.dim,
+        count=store.count(),
+        index_type=store.index_type,
+        tombstones=store.tombstones,
+        **facts,
+    )
     return store
 
 
@@ -194,7 +232,10 @@ def build_qdrant_index(
     context: ContextTokenSettings | None = None,
 ) -> QdrantEdgeStore:
     field_types, dim, batches = point_batches(chunks, dense, sparse, context)
-    store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, overwrite=True)
+    # Serving searches this shard's SPLADE vectors only (FAISS answers dense queries), so its
+    # dense vectors get no HNSW graph (m = 0): building one took most of the step's time, 88 s
+    # against 10 s for 30k points, and a search of them, which nothing asks for, scans.
+    store = QdrantEdgeStore.create(path, dim=dim, field_types=field_types, hnsw_m=0, overwrite=True)
     return write_qdrant_points(store, batches, dense_model, sparse_model)
 
 

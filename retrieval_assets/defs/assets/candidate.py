@@ -85,6 +85,7 @@ def index_candidate(
         build.graph_domain_fields,
         build.context_tokens,
         build.lexical_stemmer,
+        build.dense_index,
     )
     versions = storage.versions()
     version = versions.candidate(fingerprint)

@@ -240,7 +240,8 @@ def faiss_index(
     dense_embeddings: StoredTable,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
-    """Exact inner-product FAISS index over the dense embeddings, with chunk payloads beside it."""
+    """FAISS index over the dense embeddings, with chunk payloads beside it: the exact scan, or an
+    HNSW graph for a version of ``dense_index.approximate_from_chunks`` chunks or more."""
     path = candidate_layout(storage, index_candidate).faiss
     delta = candidate_delta(storage, index_candidate)
     with stopwatch() as timer:
@@ -251,7 +252,7 @@ def faiss_index(
             store = delta_faiss_index(delta, path, chunk_rows, dense_rows, models.dense_model, build.context_tokens)
         else:
             tables = (chunks.read(), dense_embeddings.read())
-            store = build_faiss_index(path, *tables, models.dense_model, build.context_tokens)
+            store = build_faiss_index(path, *tables, models.dense_model, build.context_tokens, build.dense_index)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
         store,
@@ -261,6 +262,7 @@ def faiss_index(
         timer["seconds"],
         (store.dim, models.dense_encoder().dim),
         model=models.dense_model,
+        index_type=store.index_type,
     )
 
 

@@ -23,7 +23,9 @@ from retrieval_assets.core.index.build import (
     record_listed_chunk_ids,
     seal_candidate,
 )
+from retrieval_assets.core.index.layout import read_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.settings import DenseIndexSettings
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
@@ -83,3 +85,16 @@ def test_the_seal_checks_the_backends_against_the_candidates_chunk_table(built) 
     assert not version.sealed
     manifest = seal_candidate(versions, version, "fingerprint", held)
     assert version.sealed and (manifest["chunks"], manifest["documents"]) == (len(chunks), chunks["doc_id"].nunique())
+
+
+@pytest.mark.parametrize(("extra", "index_type"), [(0, "hnsw"), (1, "flat")])
+def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path: Path, extra, index_type) -> None:
+    chunks = _chunks()
+    dense, _ = _vectors(chunks)
+    settings = DenseIndexSettings(approximate_from_chunks=len(chunks) + extra, hnsw_m=8, hnsw_ef_search=16)
+    store = build_faiss_index(tmp_path / "faiss", chunks, dense, "dense-model", dense_index=settings)
+    store.close()
+    reopened = FaissDenseStore.open(tmp_path / "faiss")
+    assert (reopened.index_type, read_build_manifest(tmp_path / "faiss")["index_type"]) == (index_type, index_type)
+    if index_type == "hnsw":
+        assert reopened.ef_search == 16

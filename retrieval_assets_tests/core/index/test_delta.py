@@ -34,7 +34,7 @@ from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
-from retrieval_assets.core.settings import VocabularySettings
+from retrieval_assets.core.settings import DenseIndexSettings, VocabularySettings
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 SETTINGS = "settings-1"
@@ -240,3 +240,16 @@ def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
     # A full build (or a sealed candidate) protects nothing.
     record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5))
     assert candidate.delta_base is None and versions.prune(keep=1) == [old.id]
+
+
+def test_only_an_approximate_version_is_named_by_its_dense_index_settings() -> None:
+    table = chunk_table(_chunks())
+    encoder = object()
+    args = (table, encoder, encoder, VocabularySettings(), ["topics"], ContextTokenSettings())
+    exact = candidate_fingerprints(*args)
+    assert candidate_fingerprints(*args, dense_index=DenseIndexSettings(hnsw_m=8)) == exact
+    approximate = candidate_fingerprints(*args, dense_index=DenseIndexSettings(approximate_from_chunks=len(table)))
+    # Crossing the threshold changes the settings fingerprint, so no delta mixes flat and HNSW.
+    assert approximate[0] != exact[0] and approximate[1] != exact[1]
+    other_graph = DenseIndexSettings(approximate_from_chunks=len(table), hnsw_ef_search=64)
+    assert candidate_fingerprints(*args, dense_index=other_graph)[1] != approximate[1]

@@ -1,12 +1,17 @@
-"""FAISS dense store: exact (or HNSW) inner product on L2-normalised vectors.
+"""FAISS dense store: exact (flat) or approximate (HNSW) inner product on L2-normalised vectors.
 
 On disk: ``index.faiss`` (an ``IndexIDMap2`` keyed by ``point_int64(chunk_id)``),
-``payloads.parquet`` (one row per vector, in the index's internal order: id, chunk_id and the
-payload as JSON) and ``manifest.json``. FAISS lives in memory: writes are saved by
+``payloads.parquet`` (one row per live vector, in the index's internal order: id, chunk_id and
+the payload as JSON) and ``manifest.json``. FAISS lives in memory: writes are saved by
 ``finalize()`` or ``close()``. Payloads stay JSON text until a search needs them, so opening,
 counting, listing chunk ids and a delta build's deletes and upserts never parse them all.
 Filters are evaluated over the payloads and handed to FAISS as an ``IDSelector``, so the
 search itself only considers matching vectors.
+
+An HNSW graph cannot remove a node, so a deleted (or replaced) vector of an HNSW index becomes a
+tombstone: its id in the ``IndexIDMap2`` is set to ``TOMBSTONE`` and every search excludes it.
+A delta build therefore adds and removes a few vectors without rebuilding the graph; the graph
+is rebuilt from the live vectors only when tombstones pass ``COMPACT_TOMBSTONE_FRACTION``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ from retrieval_assets.core.stores.filters import MetadataFilter
 IndexType = Literal["flat", "hnsw"]
 INDEX_FILE = "index.faiss"
 PAYLOAD_FILE = "payloads.parquet"
+# The id of a removed HNSW vector; point ids are non-negative (``point_int64``).
+TOMBSTONE = -2
+# Above this share of tombstones a save rebuilds the HNSW graph from the live vectors: each one
+# costs a graph walk a detour, and memory.
+COMPACT_TOMBSTONE_FRACTION = 0.2
 
 
 class PayloadColumns:
@@ -114,13 +124,16 @@ class FaissDenseStore(DenseStore):
         self.index_type: IndexType = manifest["index_type"]
         self.ef_search: int = manifest["ef_search"]
         self._index = index
-        # One entry per row, in the index's order: the chunk id, and the payload either as saved
+        # One entry per live row, in the index's order: the chunk id, and the payload either as saved
         # (JSON) or, once a search needed it, parsed (the JSON is then dropped: a serving process
         # holds the payloads once).
         self._chunk_ids = chunk_ids
         self._payload_json: list[str] | None = payload_json
         self._parsed: list[Payload] | None = None
-        self._ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+        # Each live row's position in the index (rows of a flat index are its positions; an
+        # HNSW index also holds tombstones between them), and the point id of each.
+        self._positions = np.flatnonzero(_id_map(index) != TOMBSTONE).astype(np.int64)
+        self._ids = _id_map(index)[self._positions].copy()
         self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
         self._columns: PayloadColumns | None = None
         self._dirty = False
@@ -166,7 +179,8 @@ class FaissDenseStore(DenseStore):
         index = cast(faiss.IndexIDMap2, faiss.read_index(str(directory / INDEX_FILE)))
         table = pq.read_table(directory / PAYLOAD_FILE)
         stored_ids = np.asarray(table.column("id").to_numpy(), dtype=np.int64)
-        if not np.array_equal(stored_ids, faiss.vector_to_array(index.id_map)):
+        live_ids = _id_map(index)[_id_map(index) != TOMBSTONE]
+        if not np.array_equal(stored_ids, live_ids):
             raise ValueError(f"{directory}: {INDEX_FILE} and {PAYLOAD_FILE} are out of sync")
         return cls(
             directory, index, table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), manifest
@@ -194,6 +208,11 @@ class FaissDenseStore(DenseStore):
     def count(self) -> int:
         return len(self._chunk_ids)
 
+    @property
+    def tombstones(self) -> int:
+        """Removed vectors an HNSW index still holds (always 0 for a flat index)."""
+        return int(self._index.ntotal) - len(self._chunk_ids)
+
     def chunk_ids(self) -> set[str]:
         return set(self._chunk_ids)
 
@@ -214,8 +233,9 @@ class FaissDenseStore(DenseStore):
             replaced.append(row)
         if replaced:
             self._drop_rows(np.array(replaced, dtype=np.int64))
-        start = len(self._chunk_ids)
+        start, first_position = len(self._chunk_ids), int(self._index.ntotal)
         self._index.add_with_ids(matrix, ids)
+        self._positions = np.concatenate([self._positions, np.arange(first_position, self._index.ntotal)])
         self._chunk_ids.extend(p["chunk_id"] for p in payloads)
         if self._payload_json is not None:
             self._payload_json.extend(json.dumps(p, ensure_ascii=False) for p in payloads)
@@ -263,14 +283,16 @@ class FaissDenseStore(DenseStore):
         faiss.normalize_L2(query)
         if not self._chunk_ids:
             return []
-        selector = None
+        selector: faiss.IDSelector | None = None
         if filters:
             rows = np.flatnonzero(self._payload_columns().mask(filters))
             if rows.size == 0:
                 return []
             if self.index_type == "hnsw" and rows.size <= self.exact_filter_max_rows:
                 return self._search_storage(query, rows, top_k)
-            selector = faiss.IDSelectorBatch(self._ids[rows])
+            selector = faiss.IDSelectorBatch(self._ids[rows])  # live ids only: no tombstone passes
+        elif self.tombstones:
+            selector = faiss.IDSelectorRange(0, np.iinfo(np.int64).max)  # every id but TOMBSTONE
         # faiss's stub lacks SearchParametersHNSW and the keyword arguments faiss's Python wrapper
         # accepts for every SearchParameters class.
         if self.index_type == "hnsw":
@@ -302,15 +324,18 @@ class FaissDenseStore(DenseStore):
     def _search_storage(self, query: np.ndarray, rows: np.ndarray, top_k: int) -> list[StoreHit]:
         """Exact search over HNSW's flat vector storage, restricted to ``rows``.
 
-        The storage is addressed by internal ids, which equal row positions.
+        The storage is addressed by position in the index; ``_positions`` maps rows to them.
         """
         # Only called for "hnsw" stores, whose inner index is an IndexHNSWFlat (``_new_index``).
         storage = cast(faiss.IndexHNSW, faiss.downcast_index(self._index.index)).storage
-        selector = faiss.IDSelectorBatch(rows)  # kept referenced until the search returns
+        positions = self._positions[rows]
+        selector = faiss.IDSelectorBatch(positions)  # kept referenced until the search returns
         # faiss's stub lacks the keyword arguments faiss's Python wrapper accepts.
         params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
         scores, found = storage.search(query, min(top_k, rows.size), params=params)
-        return [self._hit(int(row), float(score)) for score, row in zip(scores[0], found[0], strict=True)]
+        row_at = dict(zip(positions.tolist(), rows.tolist(), strict=True))
+        hits = zip(scores[0], found[0], strict=True)
+        return [self._hit(row_at[int(position)], float(score)) for score, position in hits]
 
     def _hit(self, row: int, score: float) -> StoreHit:
         payload = self._payloads[row]
@@ -328,11 +353,11 @@ class FaissDenseStore(DenseStore):
         keep[rows] = False
         if self.index_type == "flat":
             self._index.remove_ids(faiss.IDSelectorBatch(self._ids[rows]))
+            self._positions = np.arange(int(keep.sum()), dtype=np.int64)
         else:
-            # HNSW graphs do not support deletion: rebuild from the stored vectors.
-            vectors = self._index.index.reconstruct_n(0, self._index.ntotal)[keep]
-            self._index = _new_index(self._manifest)
-            self._index.add_with_ids(vectors, self._ids[keep])
+            # An HNSW graph cannot remove a node: its id becomes a tombstone, which searches skip.
+            _id_map(self._index)[self._positions[rows]] = TOMBSTONE
+            self._positions = self._positions[keep]
         self._ids = self._ids[keep]
         self._chunk_ids = [chunk_id for chunk_id, kept in zip(self._chunk_ids, keep, strict=True) if kept]
         if self._payload_json is not None:
@@ -341,7 +366,16 @@ class FaissDenseStore(DenseStore):
             self._parsed = [payload for payload, kept in zip(self._payloads, keep, strict=True) if kept]
         self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
 
+    def _compact(self) -> None:
+        """Rebuild the HNSW graph from the live vectors, dropping every tombstone."""
+        vectors = self._index.index.reconstruct_batch(self._positions)
+        self._index = _new_index(self._manifest)
+        self._index.add_with_ids(vectors, self._ids)
+        self._positions = np.arange(len(self._ids), dtype=np.int64)
+
     def _save(self) -> None:
+        if self.tombstones > COMPACT_TOMBSTONE_FRACTION * self._index.ntotal:
+            self._compact()
         # Write to temporary names and rename: a crash never leaves a half-written file, and
         # open() refuses an index and payload file from different saves.
         index_tmp = self.directory / (INDEX_FILE + ".tmp")
@@ -366,6 +400,13 @@ class FaissDenseStore(DenseStore):
         self._manifest["count"] = len(self._chunk_ids)
         write_manifest(self.directory, self._manifest)
         self._dirty = False
+
+
+def _id_map(index: faiss.IndexIDMap2) -> np.ndarray:
+    """The index's id of each position, as a writable view (setting TOMBSTONE removes a vector
+    from every search; the reverse map, used only by ``reconstruct``, is not consulted)."""
+    size = index.id_map.size()
+    return faiss.rev_swig_ptr(index.id_map.data(), size) if size else np.zeros(0, dtype=np.int64)
 
 
 def _new_index(manifest: dict[str, Any]) -> faiss.IndexIDMap2:

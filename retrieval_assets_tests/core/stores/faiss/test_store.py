@@ -11,6 +11,7 @@ from retrieval_assets.core.stores.filters import (
 from retrieval_assets_tests.core.stores.embedded_corpus import (
     CHUNK_IDS,
     DIM,
+    FAR,
     FAR_ONLY_FILTERS,
     FAR_QUERY,
     MULTI_FILTERS,
@@ -76,3 +77,72 @@ def test_faiss_hnsw_filters_through_the_id_selector(tmp_path):
         expected = brute_force(FAR_QUERY, filters, top_k=3)
         hits = store.search_dense(FAR_QUERY, top_k=3, filters=filters)
         assert [h.chunk_id for h in hits] == [cid for cid, _ in expected], spec
+
+
+def _hnsw(path, vectors=VECTORS, payloads=PAYLOADS):
+    store = FaissDenseStore.create(path, DIM, index_type="hnsw", hnsw_m=8)
+    store.upsert_dense(payloads, vectors)
+    store.finalize()
+    return store
+
+
+def _nearest(store, vector, top_k=3, filters=()):
+    return [hit.chunk_id for hit in store.search_dense(vector, top_k=top_k, filters=filters)]
+
+
+def test_hnsw_delete_leaves_a_tombstone_instead_of_rebuilding_the_graph(tmp_path):
+    store = _hnsw(tmp_path / "hnsw")
+    store.delete([CHUNK_IDS[2]])
+    # The graph still holds all 12 vectors: nothing was rebuilt, one is a tombstone.
+    assert (store.count(), store.tombstones) == (len(CHUNK_IDS) - 1, 1)
+    assert CHUNK_IDS[2] not in _nearest(store, VECTORS[2], top_k=len(CHUNK_IDS))
+    store.finalize()
+    reopened = FaissDenseStore.open(tmp_path / "hnsw")
+    assert (reopened.count(), reopened.tombstones) == (len(CHUNK_IDS) - 1, 1)
+    assert reopened.chunk_ids() == set(CHUNK_IDS) - {CHUNK_IDS[2]}
+    # Every remaining vector is still found, unfiltered and filtered (the filtered path both
+    # through the id selector and through the exact scan of the graph's storage).
+    for row, chunk_id in enumerate(CHUNK_IDS):
+        if row != 2:
+            assert _nearest(reopened, VECTORS[row], top_k=1) == [chunk_id]
+    for exact_filter_max_rows in (0, 10_000):
+        reopened.exact_filter_max_rows = exact_filter_max_rows
+        for spec in [*FAR_ONLY_FILTERS, *MULTI_FILTERS]:
+            filters = parse_filters(spec)
+            expected = [cid for cid, _ in brute_force(FAR_QUERY, filters, top_k=3) if cid != CHUNK_IDS[2]]
+            assert _nearest(reopened, FAR_QUERY, top_k=3, filters=filters)[: len(expected)] == expected[:3], spec
+
+
+def test_hnsw_replacing_a_vector_serves_the_new_one_only(tmp_path):
+    store = _hnsw(tmp_path / "hnsw")
+    moved = VECTORS[FAR]  # chunk 0 now points where FAR is
+    store.upsert_dense([PAYLOADS[0]], moved[None, :])
+    assert store.tombstones == 1 and store.count() == len(CHUNK_IDS)
+    found = store.search_dense(moved, top_k=len(CHUNK_IDS))
+    assert [hit.chunk_id for hit in found].count(CHUNK_IDS[0]) == 1
+    assert {hit.chunk_id for hit in found[:2]} == {CHUNK_IDS[0], CHUNK_IDS[FAR]}
+    assert CHUNK_IDS[0] not in _nearest(store, VECTORS[0], top_k=1)
+
+
+def test_hnsw_graph_is_rebuilt_once_tombstones_pass_the_compaction_share(tmp_path):
+    store = _hnsw(tmp_path / "hnsw")
+    store.delete(CHUNK_IDS[:2])  # 2 of 12: below the share, kept as tombstones
+    store.finalize()
+    assert FaissDenseStore.open(tmp_path / "hnsw").tombstones == 2
+    store.delete(CHUNK_IDS[2:4])  # 4 of 12 is above it: the save compacts
+    store.finalize()
+    compacted = FaissDenseStore.open(tmp_path / "hnsw")
+    assert (compacted.tombstones, compacted.count()) == (0, len(CHUNK_IDS) - 4)
+    for row in range(4, len(CHUNK_IDS)):
+        assert _nearest(compacted, VECTORS[row], top_k=1) == [CHUNK_IDS[row]]
+    assert FaissDenseStore.stored_payloads(tmp_path / "hnsw") == dict(zip(CHUNK_IDS[4:], PAYLOADS[4:], strict=True))
+
+
+def test_hnsw_copy_keeps_the_base_untouched(tmp_path):
+    _hnsw(tmp_path / "base").close()
+    copy = FaissDenseStore.open_copy(tmp_path / "base", tmp_path / "copy")
+    copy.delete([CHUNK_IDS[5]])
+    copy.finalize()
+    base = FaissDenseStore.open(tmp_path / "base")
+    assert base.tombstones == 0 and _nearest(base, VECTORS[5], top_k=1) == [CHUNK_IDS[5]]
+    assert FaissDenseStore.open(tmp_path / "copy").tombstones == 1
