@@ -5,13 +5,11 @@ dense index holds the catalog's vectors, and the version answers dense searches 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
+from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, read_raw_catalog
@@ -22,26 +20,12 @@ from retrieval_assets.defs.resources import ModelResource
 from retrieval_assets.runs import materialized
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
+from retrieval_assets_tests.defs.test_incremental_build import CountingDense
 
 TOOLS = TEST_DATA / "tools_with_relations.jsonl"
 # bwa's vector in the catalog is the encoder's vector of this text, not of bwa's own: a dense
 # search for it finds bwa only if the catalog's vector is the one indexed.
 DECOY = "A recipe for chocolate cake: butter, sugar, eggs and cocoa, baked for forty minutes."
-
-
-class CountingDense(DenseEncoder):
-    """The real dense encoder, recording every document text it is asked to encode."""
-
-    def __init__(self, inner: DenseEncoder) -> None:
-        self.inner, self.texts = inner, []
-        self.model_name, self.dim, self.max_length = inner.model_name, inner.dim, inner.max_length
-
-    def encode_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
-        self.texts.extend(texts)
-        return self.inner.encode_documents(texts, progress)
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.inner.encode_queries(texts)
 
 
 # The counting encoder of the running test; Dagster re-creates resources per run, so it is

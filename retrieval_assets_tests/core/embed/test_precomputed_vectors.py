@@ -6,7 +6,6 @@ its chunk leaves the chunk to the encoder, counted; the cache never holds a cata
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback
+from retrieval_assets.core.embed.base import DenseEncoder
 from retrieval_assets.core.embed.configured import dense_encoder_for
 from retrieval_assets.core.embed.steps import embed_dense, embedding_cache
 from retrieval_assets.core.embed.vectors import DENSE_COLUMNS, dense_matrix
@@ -24,23 +23,9 @@ from retrieval_assets.core.ingest.steps import chunk_documents, clean_catalog, r
 from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.core.models import Document
 from retrieval_assets.core.settings import ChunkingSettings, ModelSettings
+from retrieval_assets_tests.defs.test_incremental_build import CountingDense
 
 OTHER = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-class CountingDense(DenseEncoder):
-    """The real dense encoder, recording every document text it is asked to encode."""
-
-    def __init__(self, inner: DenseEncoder) -> None:
-        self.inner, self.texts = inner, []
-        self.model_name, self.dim, self.max_length = inner.model_name, inner.dim, inner.max_length
-
-    def encode_documents(self, texts: Sequence[str], progress: ProgressCallback | None = None) -> np.ndarray:
-        self.texts.extend(texts)
-        return self.inner.encode_documents(texts, progress)
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.inner.encode_queries(texts)
 
 
 @pytest.fixture(scope="module")
