@@ -9,8 +9,10 @@ What is real and what is synthetic (docs/benchmarks/scale.md says it beside the 
   added to its title. Its text, so its chunks, are the base document's; the title makes each
   chunk's embedding text, so its cache key, its own. Every tenth grown document goes to a second
   source, which is its own tenant: a tenant filter keeps 10 % of the chunks.
-* Vectors: a grown chunk's dense vector is its base chunk's real vector plus seeded Gaussian noise
-  of norm about ``NOISE`` (cosine to the source about 0.89), renormalised; its SPLADE vector is the
+* Vectors: a grown chunk's dense vector is its base chunk's real vector blended with another
+  base chunk's, drawn at random (weight drawn uniformly below ``BLEND``), plus seeded Gaussian
+  noise of norm about ``NOISE``, renormalised: the copies of one base chunk spread towards
+  different neighbours instead of forming one cluster of near-ties. Its SPLADE vector is the
   base chunk's. Both are written into the embedding cache before the timed build, where a nightly
   re-run finds the vectors of unchanged text, so the build encodes nothing.
 * Queries: titles of base documents, encoded by the real query encoder.
@@ -51,7 +53,8 @@ from retrieval_assets.core.stores.filters import parse_filters
 from retrieval_assets.defs.resources import CatalogResource, DenseIndexConfig, IndexBuildResource, ModelResource
 from retrieval_assets.runs import build_index, deployment_resources, materialized, run_selection
 
-NOISE = 0.5
+BLEND = 0.5
+NOISE = 0.25
 COPY_MARK = "~"  # grown document id: base id, COPY_MARK, copy number
 TENANT_SOURCE = "scale_tenant"  # the second source's folder, so its tenant's name
 TENANT_EVERY = 10
@@ -136,7 +139,8 @@ def run_scale_benchmark(
         "delta_one_percent_encoded": one_percent["encoded"],
         "method": {
             "growth": "base document k mod B, ' [copy c]' added to its title; every tenth in a second tenant",
-            "dense": f"base chunk's real vector + Gaussian noise of norm ~{NOISE}, renormalised",
+            "dense": f"base chunk's real vector + U(0, {BLEND}) x a random base chunk's + Gaussian noise of norm "
+            f"~{NOISE}, renormalised",
             "sparse": "base chunk's real SPLADE vector",
             "queries": "titles of base documents, real query encoder",
         },
@@ -231,8 +235,10 @@ def seed_cache(home: Path, chunks: pd.DataFrame, base: BaseVectors) -> int:
         part = slice(start, start + SEED_SEGMENT_ROWS)
         keys = pd.Series(chunks["content_hash"].to_numpy()[part], dtype="string")
         sources = rows[part]
+        partners = rng.integers(0, len(base.dense), len(sources))
+        weights = rng.uniform(0, BLEND, (len(sources), 1)).astype(np.float32)
         noise = rng.standard_normal((len(sources), dim), dtype=np.float32) * (NOISE / np.sqrt(dim))
-        dense = dense_values(l2_normalise(base.dense[sources] + noise))
+        dense = dense_values(l2_normalise(base.dense[sources] + weights * base.dense[partners] + noise))
         dense.insert(0, "content_hash", keys)
         dense_cache.append(dense)
         sparse = base.sparse.iloc[sources].reset_index(drop=True)

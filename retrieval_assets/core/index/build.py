@@ -274,15 +274,23 @@ def write_lexical_index(
     **facts: object,
 ) -> TantivyLexicalStore:
     """A new tantivy index of ``payloads``, in their order (``encoded``: their JSON text where
-    the caller has it). Its build manifest holds the facets and the payloads' ``field_kinds``
-    (``kinds`` when the caller has them already), from which a later delta build derives its
-    filter field types without reading every payload."""
+    the caller has it), with its build manifest (``write_lexical_manifest``)."""
     kinds = field_kinds(payloads) if kinds is None else kinds
-    field_types = field_types_from_kinds(kinds)
-    store = TantivyLexicalStore.create(path, field_types=field_types, stemmer=stemmer, overwrite=True)
+    store = TantivyLexicalStore.create(path, field_types=field_types_from_kinds(kinds), stemmer=stemmer, overwrite=True)
     store.add(payloads, encoded)
     fault_point("tantivy_index")
     store.finalize()
+    write_lexical_manifest(store, payloads, kinds, **facts)
+    return store
+
+
+def write_lexical_manifest(
+    store: TantivyLexicalStore, payloads: Sequence[Payload], kinds: dict[str, dict[str, int]], **facts: object
+) -> None:
+    """The build manifest of a tantivy index of ``payloads``: the facets, overall and per tenant,
+    and the payloads' ``field_kinds``, from which a later delta build derives its filter field
+    types without reading every payload."""
+    field_types = field_types_from_kinds(kinds)
     facets = keyword_facets(payloads, field_types)
     by_tenant: dict[str, list[Payload]] = {}
     for payload in payloads:
@@ -290,9 +298,8 @@ def write_lexical_index(
     # A scoped query is parsed against its tenants' values only ("in BetaVenue" is text to alpha).
     tenant_facets = {tenant: keyword_facets(own, field_types) for tenant, own in sorted(by_tenant.items())}
     write_build_manifest(
-        path, count=store.count(), facets=facets, tenant_facets=tenant_facets, field_kinds=kinds, **facts
+        store.directory, count=store.count(), facets=facets, tenant_facets=tenant_facets, field_kinds=kinds, **facts
     )
-    return store
 
 
 class IndexConsistencyError(RuntimeError):

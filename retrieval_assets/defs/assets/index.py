@@ -335,9 +335,10 @@ def tantivy_index(
     chunks: pd.DataFrame,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
-    """tantivy BM25 index with filterable payload fields, context tokens and facet values. A
-    delta rebuilds it whole, from the base's payloads of unchanged chunks: deletes would leave
-    BM25's statistics different from a full build's (``core.index.delta``)."""
+    """tantivy BM25 index (one per tenant) with filterable payload fields, context tokens and facet
+    values. A delta keeps each unchanged tenant's index (hard links) and rebuilds each changed
+    one, as deletes would leave BM25's statistics different from a full build's; an approximate
+    (HNSW) version patches a changed tenant's index in place instead (``core.index.delta``)."""
     path = candidate_layout(storage, index_candidate).lexical
     delta = candidate_delta(storage, index_candidate)
     with stopwatch() as timer:

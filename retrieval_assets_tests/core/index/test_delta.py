@@ -25,9 +25,11 @@ from retrieval_assets.core.index.build import (
 from retrieval_assets.core.index.delta import (
     Delta,
     decide_build,
+    delta_lexical_index,
     delta_term_counts,
     record_decision,
 )
+from retrieval_assets.core.index.layout import read_build_manifest, write_build_manifest
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
 from retrieval_assets.core.io.tables import chunks_to_frame
@@ -35,6 +37,7 @@ from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import DenseIndexSettings, VocabularySettings
+from retrieval_assets.core.stores.filters import parse_filters
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 SETTINGS = "settings-1"
@@ -42,26 +45,36 @@ DOCUMENTS = 20
 
 
 def _chunks(
-    overrides: dict[str, dict] | None = None, drop: tuple[str, ...] = (), add: int = 0, *, legacy_ids: bool = False
+    overrides: dict[str, dict] | None = None,
+    drop: tuple[str, ...] = (),
+    add: int = 0,
+    *,
+    legacy_ids: bool = False,
+    beta_every: int = 0,
 ) -> pd.DataFrame:
     """One chunk per document with a year and topics; ``overrides`` replace a document's fields.
-    ``legacy_ids``: chunk ids as versions built before ids named their tenant had them."""
+    ``legacy_ids``: chunk ids as versions built before ids named their tenant had them;
+    ``beta_every``: every so many documents (d0 first) belong to tenant "beta"."""
     chunks = []
     for n in range(DOCUMENTS + add):
         doc_id = f"d{n}"
         if doc_id in drop:
             continue
+        tenant = "beta" if beta_every and n % beta_every == 0 else "default"
         fields = {
+            "tenant_id": tenant,
             "title": f"Tool {n}",
             "text": f"Aligns reads number {n} against genomes with seeds and {'variants' if n % 2 else 'assembly'}.",
             "metadata": {
-                "year": 2000 + n, "topics": ["Genomics"] if n % 3 else ["Proteomics"], "keywords": [f"kw {n % 4}"]
+                "year": 2000 + n,
+                "topics": ["Genomics"] if n % 3 else ["Proteomics"],
+                "keywords": [f"kw {n % 4}"],
             },
             **(overrides or {}).get(doc_id, {}),
         }
         chunks.append(
             Chunk(
-                chunk_id=f"{doc_id}#0" if legacy_ids else Chunk.make_id(doc_id, 0, tenant_id="default"),
+                chunk_id=f"{doc_id}#0" if legacy_ids else Chunk.make_id(doc_id, 0, tenant_id=tenant),
                 doc_id=doc_id,
                 ordinal=0,
                 content_hash=f"h{n}-{fields['text']}",
@@ -92,11 +105,16 @@ def _vectors(chunks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return dense, sparse
 
 
-def _sealed_version(versions: IndexVersions, chunks: pd.DataFrame, settings: str = SETTINGS) -> IndexVersion:
+def _sealed_version(
+    versions: IndexVersions,
+    chunks: pd.DataFrame,
+    settings: str = SETTINGS,
+    dense_index: DenseIndexSettings | None = None,
+) -> IndexVersion:
     fingerprint = build_fingerprint(chunk_table(chunks), settings=settings)
     version = versions.candidate(fingerprint)
     dense, sparse = _vectors(chunks)
-    build_faiss_index(version.layout.faiss, chunks, dense, "dense-model").close()
+    build_faiss_index(version.layout.faiss, chunks, dense, "dense-model", dense_index=dense_index).close()
     build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()
     build_lexical_index(version.layout.lexical, chunks).close()
     count_terms(chunk_texts(chunks)).to_parquet(version.layout.vocabulary_counts)
@@ -136,7 +154,9 @@ def test_plan_names_upserted_and_deleted_chunks(base: IndexVersion) -> None:
     plan = decision.plan
     assert plan is not None and plan.base == base.id
     assert (plan.upserted, plan.deleted, plan.documents) == (
-        ("default/d1#0", "default/d2#0", "default/d20#0"), ("default/d3#0",), ("d1", "d2", "d20", "d3")
+        ("default/d1#0", "default/d2#0", "default/d20#0"),
+        ("default/d3#0",),
+        ("d1", "d2", "d20", "d3"),
     )
     assert plan.changed_fraction == pytest.approx(4 / 20)
     assert decision.reason.startswith(f"delta from {base.id}: 3 chunks upserted, 1 deleted")
@@ -253,3 +273,100 @@ def test_only_an_approximate_version_is_named_by_its_dense_index_settings() -> N
     assert approximate[0] != exact[0] and approximate[1] != exact[1]
     other_graph = DenseIndexSettings(approximate_from_chunks=len(table), hnsw_ef_search=64)
     assert candidate_fingerprints(*args, dense_index=other_graph)[1] != approximate[1]
+
+
+# --- the lexical index of a delta, tenant by tenant ----------------------------------------------
+
+QUERIES = ("aligns reads against genomes", "variants", "assembly seeds", "a brand new description")
+SCOPES = (None, "default", "beta")
+
+
+def _bm25(store: TantivyLexicalStore) -> dict[tuple, list[tuple[str, float]]]:
+    return {
+        (query, scope): [
+            (hit.chunk_id, round(hit.score, 5))
+            for hit in store.search_text(query, 30, parse_filters({"tenant_id": scope}) if scope else ())
+        ]
+        for query in QUERIES
+        for scope in SCOPES
+    }
+
+
+def _inodes(directory: Path) -> set[int]:
+    return {path.stat().st_ino for path in directory.rglob("*") if path.is_file() and path.suffix != ".lock"}
+
+
+def _lexical_delta(base: IndexVersion, changed: pd.DataFrame, path: Path) -> TantivyLexicalStore:
+    plan = decide_build(changed, SETTINGS, base, max_changed_fraction=0.5).plan
+    assert plan is not None
+    return delta_lexical_index(Delta(base, plan), path, changed)
+
+
+def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_changed_one(tmp_path: Path) -> None:
+    base = _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks(beta_every=4))
+    with TantivyLexicalStore.open(base.layout.lexical) as before:
+        base_answers = _bm25(before)
+    base_files = {
+        p.relative_to(base.layout.lexical): p.read_bytes() for p in base.layout.lexical.rglob("*") if p.is_file()
+    }
+    changed = _chunks({"d1": {"text": "A brand new description."}}, drop=("d2",), beta_every=4)
+
+    with (
+        _lexical_delta(base, changed, tmp_path / "delta") as delta,
+        build_lexical_index(tmp_path / "full", changed) as full,
+    ):
+        # Beta's documents did not change: its index is the base's files, hard-linked.
+        beta = delta._dirs["beta"]
+        assert _inodes(tmp_path / "delta" / "index" / beta) == _inodes(base.layout.lexical / "index" / beta)
+        assert not _inodes(tmp_path / "delta" / "index" / delta._dirs["default"]) & _inodes(base.layout.lexical)
+        # Default's index was rebuilt, so every answer (scores included) is a full build's.
+        assert _bm25(delta) == _bm25(full)
+    manifest = read_build_manifest(tmp_path / "delta")
+    assert (manifest["rebuilt_tenants"], manifest["patched_tenants"]) == (["default"], [])
+    whole = read_build_manifest(tmp_path / "full")
+    assert {k: manifest[k] for k in whole} == {**whole}
+    # The base's files and answers are as they were.
+    assert {
+        p.relative_to(base.layout.lexical): p.read_bytes() for p in base.layout.lexical.rglob("*") if p.is_file()
+    } == base_files
+    with TantivyLexicalStore.open(base.layout.lexical) as after:
+        assert _bm25(after) == base_answers
+
+
+def test_an_approximate_versions_delta_patches_a_changed_tenant_in_place_until_its_deletes_pass_the_share(
+    tmp_path: Path,
+) -> None:
+    approximate = DenseIndexSettings(approximate_from_chunks=0)
+    base = _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks(beta_every=4), dense_index=approximate)
+    with TantivyLexicalStore.open(base.layout.lexical) as before:
+        base_answers = _bm25(before)
+    changed = _chunks({"d1": {"text": "A brand new description."}}, drop=("d2",), beta_every=4)
+
+    with (
+        _lexical_delta(base, changed, tmp_path / "patched") as patched,
+        build_lexical_index(tmp_path / "full", changed) as full,
+    ):
+        # Default's index is the base's segments plus a new one: its old files are linked.
+        default = _inodes(tmp_path / "patched" / "index" / patched._dirs["default"])
+        assert default & _inodes(base.layout.lexical / "index" / patched._dirs["default"])
+        assert patched.chunk_ids() == full.chunk_ids()
+        # The same documents are found; BM25 still counts the two it deleted (d2, d1's old row).
+        for request, hits in _bm25(full).items():
+            assert {chunk_id for chunk_id, _ in _bm25(patched)[request]} == {chunk_id for chunk_id, _ in hits}, request
+    manifest = read_build_manifest(tmp_path / "patched")
+    assert (manifest["rebuilt_tenants"], manifest["patched_tenants"]) == ([], ["default"])
+    assert manifest["deleted_in_statistics"] == {"default": 2}
+    with TantivyLexicalStore.open(base.layout.lexical) as after:
+        assert _bm25(after) == base_answers
+
+    # Deletes already counted near the share (3 of default's 14 documents): this delta's 2 pass it.
+    write_build_manifest(
+        base.layout.lexical, **{**read_build_manifest(base.layout.lexical), "deleted_in_statistics": {"default": 1}}
+    )
+    with (
+        _lexical_delta(base, changed, tmp_path / "rebuilt") as rebuilt,
+        TantivyLexicalStore.open(tmp_path / "full") as full,
+    ):
+        assert _bm25(rebuilt) == _bm25(full)
+    manifest = read_build_manifest(tmp_path / "rebuilt")
+    assert (manifest["rebuilt_tenants"], manifest["deleted_in_statistics"]) == (["default"], {})

@@ -267,6 +267,37 @@ class TantivyLexicalStore(LexicalStore):
             )
         return cls(directory, manifest)
 
+    @classmethod
+    def open_linked(
+        cls, source: str | os.PathLike[str], target: str | os.PathLike[str], tenants: Collection[str]
+    ) -> TantivyLexicalStore:
+        """A new store at ``target`` (replacing what is there) holding ``tenants``' indexes of the
+        store at ``source``, their files hard-linked instead of copied; any other tenant's index
+        is made anew by its first ``add``. tantivy never changes a file once written (a commit
+        writes new segment and delete files and renames a new ``meta.json`` into place, and
+        garbage collection only unlinks), so writing to the new store leaves ``source`` as it was."""
+        directory, manifest = read_manifest(source, cls.backend)
+        if manifest["format_version"] != FORMAT_VERSION:
+            raise ValueError(
+                f"tantivy index {directory} has format {manifest['format_version']}: only format "
+                f"{FORMAT_VERSION} (an index per tenant) can be linked tenant by tenant"
+            )
+        target_dir = prepare_index_dir(target, overwrite=True)
+        (target_dir / INDEX_DIR).mkdir()
+        dirs = {tenant: name for tenant, name in manifest["tenant_dirs"].items() if tenant in tenants}
+        for name in dirs.values():
+            _link_files(directory / INDEX_DIR / name, target_dir / INDEX_DIR / name)
+        recorded = manifest.get("tenant_fields")
+        linked = {
+            **manifest,
+            "tenant_dirs": dirs,
+            "tenant_fields": None if recorded is None else {t: f for t, f in recorded.items() if t in dirs},
+        }
+        store = cls(target_dir, linked)
+        linked["count"] = store.count()
+        write_manifest(target_dir, linked)
+        return store
+
     # -- writes ------------------------------------------------------------------------------
 
     def add(self, payloads: Sequence[Payload], encoded: Sequence[str | None] | None = None) -> None:
@@ -729,6 +760,15 @@ class TantivyLexicalStore(LexicalStore):
                 f"tantivy index {self.directory} already has a writer (another store is adding to it)"
             ) from exc
         self._lock_file = handle
+
+
+def _link_files(source: Path, target: Path) -> None:
+    """Hard-link every file of one tantivy index into ``target`` (lock files excepted: each
+    writer makes its own)."""
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.is_file() and not path.name.endswith(".lock"):
+            os.link(path, target / path.name)
 
 
 def _commit_and_close(writer: tantivy.IndexWriter) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore, PayloadColumns
 from retrieval_assets.core.stores.filters import (
     MetadataFilter,
@@ -68,15 +70,79 @@ def test_faiss_filter_mask_agrees_with_metadata_filter():
 
 
 def test_faiss_hnsw_filters_through_the_id_selector(tmp_path):
-    """Above exact_filter_max_rows the filter is an IDSelector inside the HNSW search."""
+    """Above exact_filter_max_rows and exact_filter_max_share the filter is an IDSelector inside the HNSW search."""
     store = FaissDenseStore.create(tmp_path / "hnsw", DIM, index_type="hnsw", hnsw_m=8)
     store.upsert_dense(PAYLOADS, VECTORS)
-    store.exact_filter_max_rows = 0
+    store.exact_filter_max_rows, store.exact_filter_max_share = 0, 0.0
     for spec in [*FAR_ONLY_FILTERS, *MULTI_FILTERS]:
         filters = parse_filters(spec)
         expected = brute_force(FAR_QUERY, filters, top_k=3)
         hits = store.search_dense(FAR_QUERY, top_k=3, filters=filters)
         assert [h.chunk_id for h in hits] == [cid for cid, _ in expected], spec
+
+
+def test_a_filters_mask_is_kept_until_the_store_is_written(tmp_path):
+    store = FaissDenseStore.create(tmp_path / "flat", DIM)
+    store.upsert_dense(PAYLOADS[:6], VECTORS[:6])
+    filters = parse_filters(FAR_ONLY_FILTERS[0])
+    columns = store._payload_columns()
+    first = columns.mask(filters)
+    # The same filter again is the same (read-only) array: a tenant's scope is computed once.
+    assert columns.mask(parse_filters(FAR_ONLY_FILTERS[0])) is first and not first.flags.writeable
+    store.upsert_dense(PAYLOADS[6:], VECTORS[6:])
+    # A write replaces the columns, so the mask covers the new rows.
+    assert store._payload_columns().mask(filters).tolist() == [matches_all(p, filters) for p in PAYLOADS]
+
+
+def _tenant_corpus(rows: int, tenant_every: int, seed: int = 0):
+    """Random unit vectors, every ``tenant_every``-th in tenant "small", the rest in "large"."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    payloads = [
+        {"chunk_id": f"c{i}", "doc_id": f"d{i}", "section": "body", "title": "", "text": "",
+         "tenant_id": "small" if i % tenant_every == 0 else "large"}
+        for i in range(rows)
+    ]
+    return vectors, payloads, rng.standard_normal((20, DIM)).astype(np.float32)
+
+
+def _exact_top(vectors, payloads, query, tenant, top_k=10):
+    scores = vectors @ (query / np.linalg.norm(query))
+    order = [i for i in np.argsort(-scores) if payloads[i]["tenant_id"] == tenant]
+    return [payloads[i]["chunk_id"] for i in order[:top_k]]
+
+
+def test_a_selective_filter_on_hnsw_scans_its_rows_exactly(tmp_path):
+    # A graph too sparse to walk to a 10 % tenant's neighbours (M 4, efSearch 10): the exact scan
+    # of the tenant's rows finds them all, tombstones excluded.
+    vectors, payloads, queries = _tenant_corpus(3_000, tenant_every=10)
+    store = FaissDenseStore.create(tmp_path / "hnsw", DIM, index_type="hnsw", hnsw_m=4, ef_search=10)
+    store.upsert_dense(payloads, vectors)
+    store.delete(["c0", "c10"])
+    store.exact_filter_max_rows = 0  # the share alone decides
+    kept = [i for i in range(len(payloads)) if payloads[i]["chunk_id"] not in ("c0", "c10")]
+    live_vectors, live_payloads = vectors[kept], [payloads[i] for i in kept]
+    for query in queries:
+        found = _nearest(store, query, top_k=10, filters=parse_filters({"tenant_id": "small"}))
+        assert found == _exact_top(live_vectors, live_payloads, query, "small")
+
+
+def test_a_wide_filter_on_hnsw_walks_the_graph_with_efsearch_raised_by_its_share(tmp_path):
+    vectors, payloads, queries = _tenant_corpus(3_000, tenant_every=2)
+    store = FaissDenseStore.create(tmp_path / "hnsw", DIM, index_type="hnsw", hnsw_m=8, ef_search=16)
+    store.upsert_dense(payloads, vectors)
+    store.exact_filter_max_rows = 0
+    filters = parse_filters({"tenant_id": "small"})  # half the rows: above the exact share
+    walked = []
+    for query in queries:
+        found = _nearest(store, query, top_k=10, filters=filters)
+        assert all(chunk_id in {p["chunk_id"] for p in payloads[::2]} for chunk_id in found)
+        walked.append(len(set(found) & set(_exact_top(vectors, payloads, query, "small"))) / 10)
+    store.exact_filter_max_share = 1.0
+    for query in queries:
+        assert _nearest(store, query, top_k=10, filters=filters) == _exact_top(vectors, payloads, query, "small")
+    assert np.mean(walked) >= 0.8, walked
 
 
 def _hnsw(path, vectors=VECTORS, payloads=PAYLOADS):
@@ -105,8 +171,8 @@ def test_hnsw_delete_leaves_a_tombstone_instead_of_rebuilding_the_graph(tmp_path
     for row, chunk_id in enumerate(CHUNK_IDS):
         if row != 2:
             assert _nearest(reopened, VECTORS[row], top_k=1) == [chunk_id]
-    for exact_filter_max_rows in (0, 10_000):
-        reopened.exact_filter_max_rows = exact_filter_max_rows
+    for exact_filter_max_rows, exact_filter_max_share in ((0, 0.0), (10_000, 0.25)):
+        reopened.exact_filter_max_rows, reopened.exact_filter_max_share = exact_filter_max_rows, exact_filter_max_share
         for spec in [*FAR_ONLY_FILTERS, *MULTI_FILTERS]:
             filters = parse_filters(spec)
             expected = [cid for cid, _ in brute_force(FAR_QUERY, filters, top_k=3) if cid != CHUNK_IDS[2]]
