@@ -133,15 +133,51 @@ def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = 
     return payloads
 
 
-def keyword_facets(payloads: Sequence[Payload], field_types: Mapping[str, FieldType]) -> dict[str, list[str]]:
-    """Distinct values of each low-cardinality keyword field, for the NL filter parser."""
-    values: dict[str, set[str]] = {field: set() for field, kind in field_types.items() if kind == "keyword"}
+def keyword_facets(
+    payloads: Sequence[Payload], field_types: Mapping[str, FieldType]
+) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
+    """Distinct values of each keyword field that has at most ``MAX_FACET_VALUES`` of them, for
+    the NL filter parser: over every payload, and per tenant. One pass; a tenant's field is
+    no longer looked at once it has too many values (a document id, say), and then has too many
+    over every payload as well."""
+    fields = [field for field, kind in field_types.items() if kind == "keyword"]
+    seen_by_tenant: dict[str, dict[str, set[str]]] = {}
+    # Each tenant's fields still counted, as (field, its values) pairs.
+    counting: dict[str, list[tuple[str, set[str]]]] = {}
+    overflowed: set[str] = set()
     for payload in payloads:
-        for field, seen in values.items():
+        tenant = str(payload["tenant_id"])
+        active = counting.get(tenant)
+        if active is None:
+            seen_by_tenant[tenant] = {field: set() for field in fields}
+            active = counting[tenant] = list(seen_by_tenant[tenant].items())
+        full = []
+        for field, seen in active:
             value = payload.get(field)
-            if value is not None and len(seen) <= MAX_FACET_VALUES:
-                seen.update(str(v) for v in (value if isinstance(value, list) else [value]))
-    return {field: sorted(seen) for field, seen in values.items() if 0 < len(seen) <= MAX_FACET_VALUES}
+            if value is None:
+                continue
+            if isinstance(value, list):
+                seen.update(str(v) for v in value)
+            else:
+                seen.add(str(value))
+            if len(seen) > MAX_FACET_VALUES:
+                full.append(field)
+        if full:
+            overflowed.update(full)
+            for field in full:
+                del seen_by_tenant[tenant][field]
+            counting[tenant] = list(seen_by_tenant[tenant].items())
+    per_tenant = {
+        tenant: {field: sorted(values) for field, values in seen.items() if values}
+        for tenant, seen in sorted(seen_by_tenant.items())
+    }
+    overall = {}
+    for field in fields:
+        if field not in overflowed:
+            values = set().union(*(seen[field] for seen in seen_by_tenant.values()))
+            if 0 < len(values) <= MAX_FACET_VALUES:
+                overall[field] = sorted(values)
+    return overall, per_tenant
 
 
 def write_vocabulary(frame: pd.DataFrame, counts: pd.DataFrame, layout: IndexLayout) -> None:
@@ -290,13 +326,8 @@ def write_lexical_manifest(
     """The build manifest of a tantivy index of ``payloads``: the facets, overall and per tenant,
     and the payloads' ``field_kinds``, from which a later delta build derives its filter field
     types without reading every payload."""
-    field_types = field_types_from_kinds(kinds)
-    facets = keyword_facets(payloads, field_types)
-    by_tenant: dict[str, list[Payload]] = {}
-    for payload in payloads:
-        by_tenant.setdefault(payload["tenant_id"], []).append(payload)
     # A scoped query is parsed against its tenants' values only ("in BetaVenue" is text to alpha).
-    tenant_facets = {tenant: keyword_facets(own, field_types) for tenant, own in sorted(by_tenant.items())}
+    facets, tenant_facets = keyword_facets(payloads, field_types_from_kinds(kinds))
     write_build_manifest(
         store.directory, count=store.count(), facets=facets, tenant_facets=tenant_facets, field_kinds=kinds, **facts
     )

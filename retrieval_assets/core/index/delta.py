@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -259,15 +260,26 @@ def read_plan(path: Path) -> DeltaPlan:
 
 
 def delta_field_kinds(
-    base: IndexVersion, chunks: pd.DataFrame, plan: DeltaPlan, context: ContextTokenSettings | None = None
+    base: IndexVersion,
+    chunks: pd.DataFrame,
+    plan: DeltaPlan,
+    context: ContextTokenSettings | None = None,
+    replaced: Collection[Payload] | None = None,
 ) -> dict[str, dict[str, int]]:
     """``field_kinds`` of every candidate payload, from the base's (in its tantivy build
-    manifest) less its payloads of the changed and removed chunks plus the upserted ones: exact,
-    also when a removal leaves a field with fewer kinds, without reading every payload."""
+    manifest) less its payloads of the changed and removed chunks (``replaced``, when the caller
+    has read them) plus the upserted ones: exact, also when a removal leaves a field with fewer
+    kinds, without reading every payload."""
     before = read_build_manifest(base.layout.lexical)["field_kinds"]
-    replaced = FaissDenseStore.stored_payloads(base.layout.faiss, {*plan.upserted, *plan.deleted}).values()
+    if replaced is None:
+        replaced = replaced_payloads(base, plan)
     upserted = index_payloads(plan.upserted_rows(chunks), context)
     return combine_field_kinds((before, 1), (field_kinds(replaced), -1), (field_kinds(upserted), 1))
+
+
+def replaced_payloads(base: IndexVersion, plan: DeltaPlan) -> list[Payload]:
+    """The base's payloads of the chunks a delta changes or removes."""
+    return list(FaissDenseStore.stored_payloads(base.layout.faiss, {*plan.upserted, *plan.deleted}).values())
 
 
 def candidate_payloads(
@@ -339,15 +351,15 @@ def delta_lexical_index(
     ``REBUILD_DELETED_FRACTION`` of its documents."""
     plan, base = delta.plan, delta.base.layout.lexical
     payloads, encoded = candidate_payloads(delta.base, chunks, plan, context)
-    kinds = delta_field_kinds(delta.base, chunks, plan, context)
+    replaced = replaced_payloads(delta.base, plan)
+    kinds = delta_field_kinds(delta.base, chunks, plan, context, replaced)
     _, linkable = read_manifest(base, TantivyLexicalStore.backend)
     if linkable["format_version"] != TANTIVY_FORMAT_VERSION or linkable["field_types"] != validate_field_types(
         field_types_from_kinds(kinds)
     ):
         return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
     # Documents each tenant's index loses: its deleted chunks and the old rows of its changed ones.
-    old_rows = FaissDenseStore.stored_payloads(delta.base.layout.faiss, {*plan.upserted, *plan.deleted})
-    removed = Counter(str(payload["tenant_id"]) for payload in old_rows.values())
+    removed = Counter(str(payload["tenant_id"]) for payload in replaced)
     upserted = set(plan.upserted)
     touched = set(removed) | {str(p["tenant_id"]) for p in payloads if p["chunk_id"] in upserted}
     live = Counter(str(p["tenant_id"]) for p in payloads)

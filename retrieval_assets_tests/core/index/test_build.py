@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from retrieval_assets.core.index import build as build_module
 from retrieval_assets.core.index.build import (
     IndexConsistencyError,
     backend_chunk_ids,
@@ -98,3 +100,40 @@ def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path:
     assert (reopened.index_type, read_build_manifest(tmp_path / "faiss")["index_type"]) == (index_type, index_type)
     if index_type == "hnsw":
         assert reopened.ef_search == 16
+
+
+def _facets_of(payloads: list[dict], fields: list[str], limit: int) -> dict[str, list[str]]:
+    """The facets by their definition: each field's distinct values over ``payloads``, when 1 to ``limit``."""
+    values: dict[str, set[str]] = {field: set() for field in fields}
+    for payload in payloads:
+        for field in fields:
+            value = payload.get(field)
+            if value is not None:
+                values[field].update(str(v) for v in (value if isinstance(value, list) else [value]))
+    return {field: sorted(seen) for field, seen in values.items() if 0 < len(seen) <= limit}
+
+
+def test_keyword_facets_in_one_pass_are_each_tenants_and_every_payloads_distinct_values(monkeypatch) -> None:
+    monkeypatch.setattr(build_module, "MAX_FACET_VALUES", 5)
+    rng = np.random.default_rng(0)
+    payloads = [
+        {
+            "tenant_id": tenant,
+            "venue": f"v{rng.integers(3)}",  # few values in each tenant and over all
+            "year": int(rng.integers(2000, 2003)) if rng.random() < 0.8 else None,  # ints, and gaps
+            "authors": [f"a{rng.integers(4)}" for _ in range(2)],  # lists
+            "doc_id": f"{tenant}-{n}",  # a value per payload: too many everywhere
+            "lab": f"{tenant}-lab{n % 3}",  # 3 per tenant, 6 over both: too many over all only
+            "rare": "x" if n == 7 else [],  # one value, once; empty lists elsewhere
+        }
+        for n in range(40)
+        for tenant in ("alpha", "beta")
+    ]
+    fields = ["venue", "year", "authors", "doc_id", "lab", "rare", "absent"]
+    types = {field: "keyword" for field in fields} | {"n": "integer"}
+    overall, per_tenant = build_module.keyword_facets(payloads, types)  # type: ignore[arg-type]
+    assert overall == _facets_of(payloads, fields, 5)
+    assert set(overall) == {"venue", "year", "authors", "rare"}
+    for tenant in ("alpha", "beta"):
+        assert per_tenant[tenant] == _facets_of([p for p in payloads if p["tenant_id"] == tenant], fields, 5)
+    assert set(per_tenant["alpha"]) == {"venue", "year", "authors", "lab", "rare"}
