@@ -353,10 +353,9 @@ def delta_lexical_index(
     payloads, encoded = candidate_payloads(delta.base, chunks, plan, context)
     replaced = replaced_payloads(delta.base, plan)
     kinds = delta_field_kinds(delta.base, chunks, plan, context, replaced)
-    _, linkable = read_manifest(base, TantivyLexicalStore.backend)
-    if linkable["format_version"] != TANTIVY_FORMAT_VERSION or linkable["field_types"] != validate_field_types(
-        field_types_from_kinds(kinds)
-    ):
+    _, base_manifest = read_manifest(base, TantivyLexicalStore.backend)
+    field_types = validate_field_types(field_types_from_kinds(kinds))
+    if base_manifest["format_version"] != TANTIVY_FORMAT_VERSION or base_manifest["field_types"] != field_types:
         return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
     # Documents each tenant's index loses: its deleted chunks and the old rows of its changed ones.
     removed = Counter(str(payload["tenant_id"]) for payload in replaced)
@@ -365,10 +364,10 @@ def delta_lexical_index(
     live = Counter(str(p["tenant_id"]) for p in payloads)
     counted = {t: n for t, n in read_build_manifest(base).get("deleted_in_statistics", {}).items() if t in live}
     patched: set[str] = set()
-    if is_approximate(delta.base):
+    if _is_approximate(delta.base):
         patched = {t for t in touched if counted.get(t, 0) + removed[t] <= REBUILD_DELETED_FRACTION * live[t]}
     rebuilt = touched - patched
-    store = TantivyLexicalStore.open_linked(base, path, set(linkable["tenant_dirs"]) - rebuilt)
+    store = TantivyLexicalStore.open_linked(base, path, set(base_manifest["tenant_dirs"]) - rebuilt)
     store.delete(plan.deleted)
     added = [
         (payload, text)
@@ -394,7 +393,7 @@ def delta_lexical_index(
     return store
 
 
-def is_approximate(version: IndexVersion) -> bool:
+def _is_approximate(version: IndexVersion) -> bool:
     """Whether ``version``'s dense index is approximate (HNSW): a large version, whose deltas
     patch the lexical index in place as well."""
     _, manifest = read_manifest(version.layout.faiss, FaissDenseStore.backend)
