@@ -158,6 +158,10 @@ def _delta_and_full(
     assert delta.manifest()["base_version"] == served.id
     for asset in ("faiss_index", "qdrant_edge_index", "tantivy_index", "vocabulary"):
         assert materialized(outcome.run, asset)["mode"] == f"delta from {served.id}", asset
+    # The UI says how the delta changed each tenant's lexical index (one tenant here).
+    lexical = materialized(outcome.run, "tantivy_index")
+    changed = ("none", "default", 3) if lexical_patched else ("default", "none", 0)
+    assert (lexical["tenants_rebuilt"], lexical["tenants_patched"], lexical["deleted_in_statistics"]) == changed
 
     # The same catalog built in full in another home (its cache copied: vectors depend on text only).
     other = tmp_path / "other"

@@ -107,7 +107,7 @@ def _index_result(
     expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
-    **metadata: str | bool,
+    **metadata: str | bool | int,
 ) -> MaterializeResult:
     """Metadata and checks of a built index at ``path`` (``expected``: the build's chunk ids);
     ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the
@@ -139,7 +139,7 @@ def _checked(
     expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
-    **metadata: str | bool,
+    **metadata: str | bool | int,
 ) -> MaterializeResult:
     dimension_check = []
     if dimensions is not None:
@@ -349,7 +349,18 @@ def tantivy_index(
         else:
             store = build_lexical_index(path, chunks, build.context_tokens, build.lexical_stemmer)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
-    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"])
+    tenants: dict[str, str | int] = {}
+    if delta and not index_candidate.reused:
+        # How the delta changed each tenant's index; the rest were hard-linked from the base.
+        built = read_build_manifest(path)
+        rebuilt = built.get("rebuilt_tenants")  # absent: rebuilt whole (a base of an older format)
+        tenants = {
+            "tenants_rebuilt": "all" if rebuilt is None else ", ".join(rebuilt) or "none",
+            "tenants_patched": ", ".join(built.get("patched_tenants", [])) or "none",
+            "deleted_in_statistics": sum(built.get("deleted_in_statistics", {}).values()),
+        }
+        context.log.info(f"tantivy delta: rebuilt {tenants['tenants_rebuilt']}, patched {tenants['tenants_patched']}")
+    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"], None, **tenants)
 
 
 @asset(
