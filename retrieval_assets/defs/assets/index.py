@@ -350,7 +350,7 @@ def tantivy_index(
             store = build_lexical_index(path, chunks, build.context_tokens, build.lexical_stemmer)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
     tenants: dict[str, str | int] = {}
-    if delta and not index_candidate.reused:
+    if delta:  # None for a reused version
         # How the delta changed each tenant's index; the rest were hard-linked from the base.
         built = read_build_manifest(path)
         rebuilt = built.get("rebuilt_tenants")  # absent: rebuilt whole (a base of an older format)

@@ -323,15 +323,13 @@ class FaissDenseStore(DenseStore):
             return self._search(query, top_k, faiss.IDSelectorRange(0, np.iinfo(np.int64).max))  # all but TOMBSTONE
         return self._search(query, top_k, None)
 
-    def _search(
-        self, query: np.ndarray, top_k: int, selector: faiss.IDSelector | None, ef_search: int | None = None
-    ) -> list[StoreHit]:
+    def _search(self, query: np.ndarray, top_k: int, selector: faiss.IDSelector | None) -> list[StoreHit]:
         """``top_k`` nearest of the ids ``selector`` allows, by point id through the ``IndexIDMap2``."""
         # faiss's stub lacks SearchParametersHNSW and the keyword arguments faiss's Python wrapper
         # accepts for every SearchParameters class.
         if self.index_type == "hnsw":
             params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
-                sel=selector, efSearch=ef_search or max(self.ef_search, top_k)
+                sel=selector, efSearch=max(self.ef_search, top_k)
             )
         else:
             params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
@@ -348,8 +346,9 @@ class FaissDenseStore(DenseStore):
 
     def _search_hnsw_rows(self, query: np.ndarray, rows: np.ndarray, top_k: int) -> list[StoreHit]:
         """The ``top_k`` nearest of ``rows`` in an HNSW index: an exact scan of them when they
-        are few (``exact_filter_max_rows``, ``exact_filter_max_share``), else a graph walk whose efSearch grows as the
-        filter's share shrinks, so it meets about as many allowed nodes as an unfiltered walk."""
+        are few (``exact_filter_max_rows``, ``exact_filter_max_share``), else a graph walk whose
+        efSearch grows as the filter's share shrinks, so that it meets about as many allowed
+        nodes as an unfiltered walk."""
         share = rows.size / len(self._chunk_ids)
         # Only "hnsw" stores come here, whose inner index is an IndexHNSWFlat (``_new_index``).
         hnsw = cast(faiss.IndexHNSW, faiss.downcast_index(self._index.index))
