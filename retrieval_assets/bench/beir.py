@@ -97,6 +97,7 @@ def run_benchmark(
             build.candidate.version,
             report["runs"],
             learned=resources["storage"].versions().version(build.candidate.version).learned_configuration(),
+            real_per_query=report.get("ndcg_per_query"),
         )
         figures["generated_gold"]["seconds"] = round(time.perf_counter() - started, 2)
     return figures

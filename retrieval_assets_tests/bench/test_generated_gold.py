@@ -33,8 +33,12 @@ def test_bench_generated_gold_reports_tau_and_both_columns(tiny_beir: Path, tmp_
     assert batching["served_top10_identical"] == batching["queries"] and batching["texts_per_encoder_call"] > 1
     tau = generated["kendall_tau"]
     assert isinstance(tau, float) and not math.isnan(tau) and -1.0 <= tau <= 1.0
+    # How far two halves of the real gold agree: the ceiling tau is read against.
+    halves = generated["real_split_half"]
+    assert halves["queries_per_half"] == figures["queries"] // 2 and 0 < halves["splits"] <= 500
+    assert halves["q1"] <= halves["median"] <= halves["q3"] and 0.0 <= halves["share_reaching_bar"] <= 1.0
     table = agreement_table(generated)
-    assert all(name in table for name in measured) and "Kendall" in table
+    assert all(name in table for name in measured) and "Kendall" in table and "real gold against itself" in table
 
 
 def test_bench_generated_gold_flag_reaches_the_bench() -> None:

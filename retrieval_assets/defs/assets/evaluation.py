@@ -382,6 +382,9 @@ def retrieval_evaluation(
     summary: dict[str, dict[str, float]] = {}
     beside: _Beside | None = None
     per_query: dict[str, dict[str, float]] = {}
+    # Every configuration's nDCG@10 per query: what `bench --generated-gold` needs to say how far
+    # two halves of this gold agree with each other.
+    ndcg_per_query: dict[str, dict[str, float]] = {}
     metadata: dict[str, Any] = {
         "version": candidate.id,
         "evaluated": gold is not None,
@@ -478,6 +481,7 @@ def retrieval_evaluation(
                 summary[TUNED_CV] = TuningResult.model_validate(learned).cross_validated()
             gated = reports[served]
             per_query = _per_query(gated)
+            ndcg_per_query = {name: {q.query_id: q.ndcg_at_10 for q in r.per_query} for name, r in reports.items()}
             histogram = pd.DataFrame(ndcg_histogram(gated), columns=["ndcg@10", "queries"])
             metadata |= {
                 "queries": gated.queries,
@@ -535,6 +539,7 @@ def retrieval_evaluation(
             "generated_gold": beside.report(served) if beside is not None else None,
             "runs": summary,
             "per_query": per_query,
+            "ndcg_per_query": ndcg_per_query,
             "compared_with": compared,
             # The promoted version's figures were measured again on this gold (it was judged on other gold).
             "promoted_remeasured": remeasured is not None,
