@@ -77,7 +77,7 @@ def measure_document_writes(
                 raise RuntimeError(f"POST /documents answered {status}: {answer[:500]!r}")
             after = server_counters(connection).get("cpu")
             cpu = None if before is None or after is None else after - before
-            posts.append({"wall_s": round(wall, 3), "server_cpu_s": None if cpu is None else round(cpu, 3)})
+            posts.append({"wall_s": round(wall, 3), "server_cpu_s": None if cpu is None else round(cpu, 4)})
     finally:
         connection.close()
     cpus: list[float] = [post["server_cpu_s"] for post in posts if post["server_cpu_s"] is not None]

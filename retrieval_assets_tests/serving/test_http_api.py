@@ -22,6 +22,7 @@ from retrieval_assets.core.ingest.inbox import INBOX_DIR
 from retrieval_assets.core.models import SearchRequest
 from retrieval_assets.core.retrieval.service import BackendNotAvailableError
 from retrieval_assets.serving import create_app
+from retrieval_assets.serving.metrics import ServingMetrics
 from retrieval_assets_tests.core.retrieval.tenant_indexes import TenantBuild
 
 QUERY = "align sequencing reads to a reference genome"
@@ -335,6 +336,26 @@ def test_bench_document_writes_reports_the_servers_cpu_per_record(live_url: str,
     assert len(queued) == 50 and {entry.tenant_id for entry in queued} == {"beta"}
     assert len({entry.doc_id for entry in queued}) == 50  # each post's ids are fresh
     json.dumps(figures)
+
+
+def test_process_cpu_seconds_resolve_less_than_a_clock_tick() -> None:
+    # /proc counts CPU in 10 ms ticks; a small document post costs less and read as none.
+    registry = ServingMetrics().registry
+
+    def cpu() -> float:
+        value = registry.get_sample_value("process_cpu_seconds_total")
+        assert value is not None
+        return value
+
+    before = cpu()
+    deadline = time.process_time() + 0.002
+    while time.process_time() < deadline:
+        pass
+    after = cpu()
+    assert after - before >= 0.002
+    # Not whole 10 ms ticks (other threads may add CPU, so the difference alone proves nothing).
+    assert any(abs(value * 100 - round(value * 100)) > 1e-6 for value in (before, after))
+    assert registry.get_sample_value("process_resident_memory_bytes")  # the rest of the collector stays
 
 
 def test_metrics_report_requests_stages_and_retrieval_signals(client: TestClient) -> None:
