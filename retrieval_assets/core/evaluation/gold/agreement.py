@@ -47,9 +47,9 @@ def split_half_agreement(
     for _ in range(splits):
         order = rng.permutation(len(queries))
         first, second = scores[:, order[:half]].mean(axis=1), scores[:, order[half : 2 * half]].mean(axis=1)
-        statistic = stats.kendalltau(first, second, variant="b").statistic
-        if statistic is not None and not math.isnan(statistic):
-            taus.append(float(statistic))
+        tau = kendall_tau(dict(zip(names, first.tolist(), strict=True)), dict(zip(names, second.tolist(), strict=True)))
+        if not math.isnan(tau):
+            taus.append(tau)
     if not taus:
         raise ValueError("every split scored the configurations alike: the gold cannot rank them")
     values = np.array(taus)
