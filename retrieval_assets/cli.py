@@ -41,7 +41,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.quiet_dependencies()
     from retrieval_assets.definitions import configured_search, defs
     from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
-    from retrieval_assets.runs import materialized
+    from retrieval_assets.defs.io_manager import stored_value
+    from retrieval_assets.runs import materialized, run_job
 
     # With $DAGSTER_HOME set the runs are recorded where `dagster dev` shows them.
     instance = _instance()
@@ -56,16 +57,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     sources = catalog.sources()
     named = ", ".join(f"{name} ({source.format})" for name, source in sources.items() if source.format != "inbox")
     print(f"Building an index version of {named} ...", flush=True)
-    build = defs.resolve_job_def("index_build_job").execute_in_process(
-        instance=instance, run_config=run_config, raise_on_error=False
-    )
+    build = run_job(defs.resolve_job_def("index_build_job"), instance, run_config)
     if not build.success:
         for line in console.failed_check_lines(build):
             print(line, file=sys.stderr)
         print("index_build_job failed; see the run log above", file=sys.stderr)
         return 1
     versions = storage.versions()
-    record = build.output_for_node("index_version")
+    record = stored_value(storage.artifacts_dir, "index_version")
     candidate = record.version
     cleaned, chunks = materialized(build, "cleaned_documents"), materialized(build, "chunks")
     print(console.build_line(candidate, record.reused, int(cleaned.get("documents", 0)),
@@ -74,11 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # again, and the run is tagged with the version it judges.
     if versions.version(candidate).evaluation() is None:
         print(f"Evaluating {candidate} on the gold queries and applying the promotion gate ...", flush=True)
-        evaluation = defs.resolve_job_def("evaluation_job").execute_in_process(
-            instance=instance,
-            run_config=run_config,
-            tags={EVALUATED_VERSION_TAG: candidate},
-            raise_on_error=False,
+        evaluation = run_job(
+            defs.resolve_job_def("evaluation_job"), instance, run_config, tags={EVALUATED_VERSION_TAG: candidate}
         )
         if not evaluation.success and versions.version(candidate).evaluation() is None:
             print("evaluation_job failed; see the run log above", file=sys.stderr)
@@ -92,7 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     gold = catalog.gold()
     # Without gold, the first document's title (or its first words) asks for something it holds.
-    sample = args.query or (next(iter(gold.queries.values())) if gold else console.sample_query(build))
+    sample = args.query or (next(iter(gold.queries.values())) if gold else console.sample_query(
+        stored_value(storage.artifacts_dir, "cleaned_documents", {"columns": ["title", "text"]})
+    ))
     print()
     with configured_search() as search:
         print("\n".join(console.result_lines(search.search(sample, top_k=5))))

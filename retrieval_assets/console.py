@@ -12,9 +12,12 @@ import logging
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrieval_assets.core.models import RetrievalResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Dagster's console logger at WARNING: the run's events stay in the instance (the UI shows them),
 # failures still print.
@@ -108,10 +111,9 @@ def failed_check_lines(run: Any) -> list[str]:
     return lines
 
 
-def sample_query(run: Any, words: int = 8) -> str:
-    """A query a build's documents answer: the first informative title, else the first words of
-    the first document."""
-    documents = run.output_for_node("cleaned_documents", "cleaned_documents")
+def sample_query(documents: pd.DataFrame, words: int = 8) -> str:
+    """A query a build's documents (their titles and texts) answer: the first informative title,
+    else the first words of the first document."""
     for title in documents["title"].dropna().head(100):
         if len(str(title).split()) >= 2:
             return str(title)

@@ -12,11 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetKey, AssetSelection, DagsterEventType, DagsterInstance, ExecuteInProcessResult, materialize
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    DagsterEventType,
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    JobDefinition,
+    define_asset_job,
+)
 
 from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.definitions import ASSETS
 from retrieval_assets.defs.assets.evaluation import EVALUATED_VERSION_TAG
+from retrieval_assets.defs.io_manager import stored_value
 from retrieval_assets.defs.jobs import BUILD, EVALUATION
 from retrieval_assets.defs.resources import (
     CatalogResource,
@@ -37,6 +47,38 @@ def deployment_resources(
     }
 
 
+# The name materialize() gives the job of a selection, kept so runs read the same in the UI.
+SELECTION_JOB = "__ephemeral_asset_job__"
+
+
+def run_job(
+    job: JobDefinition,
+    instance: DagsterInstance,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> ExecuteInProcessResult:
+    """``job.execute_in_process(raise_on_error=False)``, holding no step's output in memory.
+
+    Dagster's in-process API keeps every step's output value until its result is dropped, with
+    no switch for it, so a build held all of its tables at once (raw catalog, cleaned documents,
+    chunks, both embedding tables). This calls the function it wraps with capturing off (dagster
+    is pinned; ``test_runs.py`` fails if outputs are held again). Values are read back from the
+    IO manager's store (``stored_value``).
+    """
+    from dagster._core.definitions.job_base import InMemoryJob
+    from dagster._core.execution.execute_in_process import core_execute_in_process
+
+    return core_execute_in_process(
+        run_config=dict(run_config or {}),
+        job=InMemoryJob(job.as_ephemeral_job(resource_defs={}, input_values={})),
+        instance=instance,
+        output_capturing_enabled=False,
+        raise_on_error=False,
+        run_tags={**job.run_tags, **(tags or {})},
+        asset_selection=frozenset(),
+    )
+
+
 def run_selection(
     selection: AssetSelection,
     resources: Mapping[str, Any],
@@ -44,15 +86,11 @@ def run_selection(
     tags: Mapping[str, str] | None = None,
     run_config: Mapping[str, Any] | None = None,
 ) -> ExecuteInProcessResult:
-    return materialize(
-        ASSETS,
-        selection=selection,
-        resources=dict(resources),
-        instance=instance or DagsterInstance.ephemeral(),
-        tags=dict(tags or {}),
-        run_config=dict(run_config or {}),
-        raise_on_error=False,
+    """``selection`` materialized in this process, as ``dagster.materialize`` does, through ``run_job``."""
+    defs = Definitions(
+        jobs=[define_asset_job(SELECTION_JOB, selection=selection)], assets=ASSETS, resources=dict(resources)
     )
+    return run_job(defs.resolve_job_def(SELECTION_JOB), instance or DagsterInstance.ephemeral(), run_config, tags)
 
 
 @dataclass(frozen=True)
@@ -104,7 +142,7 @@ def build_index(resources: Mapping[str, Any], instance: DagsterInstance | None =
     cleaned, chunks = materialized(run, "cleaned_documents"), materialized(run, "chunks")
     return BuildOutcome(
         run=run,
-        candidate=run.output_for_node("index_version") if sealed else None,
+        candidate=stored_value(resources["storage"].artifacts_dir, "index_version") if sealed else None,
         documents=int(cleaned.get("documents", 0)),
         quarantined=int(cleaned.get("quarantined", 0)),
         chunks=int(chunks.get("chunks", 0)),

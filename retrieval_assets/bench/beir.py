@@ -22,6 +22,7 @@ from retrieval_assets.bench.micro_batching import batched_ranking_agreement
 from retrieval_assets.bench.report import emit_figures, scratch_dir
 from retrieval_assets.core.evaluation.benchmark import CONFIGURATIONS
 from retrieval_assets.core.ingest.catalog import load_gold
+from retrieval_assets.defs.io_manager import stored_value
 from retrieval_assets.defs.resources import CatalogResource
 from retrieval_assets.runs import build_index, deployment_resources, evaluate_version
 
@@ -92,7 +93,7 @@ def run_benchmark(
     if generated_gold:
         started = time.perf_counter()
         figures["generated_gold"] = measure_generated_gold(
-            build.run.output_for_node("cleaned_documents", "cleaned_documents"),
+            stored_value(resources["storage"].artifacts_dir, "cleaned_documents"),
             resources["search"],
             build.candidate.version,
             report["runs"],

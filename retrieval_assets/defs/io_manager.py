@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,16 +66,26 @@ class ParquetIOManager(ConfigurableIOManager):
         context.add_output_metadata({"path": str(path), "bytes": path.stat().st_size})
 
     def load_input(self, context: InputContext) -> pd.DataFrame | Any:
-        for suffix in (".parquet", ".json"):
-            path = self._path(context, suffix)
-            if path.exists():
-                if suffix == ".parquet":
-                    metadata = context.definition_metadata or {}
-                    table = StoredTable(path, {k: metadata[k] for k in ("columns", "dtype_backend") if k in metadata})
-                    return table if metadata.get("deferred") else table.read()
-                record = json.loads(path.read_text())
-                module, name = record["type"].split(":")
-                return getattr(importlib.import_module(module), name)(**record["fields"])
-        raise FileNotFoundError(
-            f"{self._path(context, '.parquet')} does not exist: materialize {context.asset_key.to_user_string()} first"
-        )
+        metadata = context.definition_metadata or {}
+        options = {k: metadata[k] for k in ("columns", "dtype_backend") if k in metadata}
+        return stored_value(self.base_dir, context.asset_key.path, options, deferred=bool(metadata.get("deferred")))
+
+
+def stored_value(
+    base_dir: str | Path, asset: str | Sequence[str], options: dict[str, Any] | None = None, deferred: bool = False
+) -> Any:
+    """The value ``ParquetIOManager`` stored for ``asset`` under ``base_dir``: its table (read with
+    ``options``, or a ``StoredTable`` when ``deferred``) or its record. Runs hold no step's output
+    in memory (``runs.execute_job``), so whatever needs a value after a run reads it here."""
+    stem = Path(base_dir, *([asset] if isinstance(asset, str) else asset))
+    table = stem.with_suffix(".parquet")
+    if table.exists():
+        stored = StoredTable(table, options or {})
+        return stored if deferred else stored.read()
+    record_path = stem.with_suffix(".json")
+    if record_path.exists():
+        record = json.loads(record_path.read_text())
+        module, name = record["type"].split(":")
+        return getattr(importlib.import_module(module), name)(**record["fields"])
+    name = "/".join([asset] if isinstance(asset, str) else asset)
+    raise FileNotFoundError(f"{table} does not exist: materialize {name} first")

@@ -6,7 +6,7 @@ on reading costs more than reading them, and an index step may need only a few."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -64,19 +64,46 @@ def dense_matrix(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> np.ndarray:
     """Vectors for ``chunk_ids`` in that order, as a float32 (n, dim) matrix."""
     if not len(chunk_ids):
         return np.zeros((0, 0), dtype=np.float32)
+    return _dense_rows(frame, _positions(frame, chunk_ids, "dense embedding"))
+
+
+def dense_matrices(frame: pd.DataFrame, chunk_ids: Sequence[str], rows: int) -> Iterator[np.ndarray]:
+    """``dense_matrix`` of ``chunk_ids`` in consecutive slices of ``rows``: the table is indexed
+    once, and only one slice's vectors are copied out at a time."""
     positions = _positions(frame, chunk_ids, "dense embedding")
+    for start in range(0, len(positions), rows):
+        yield _dense_rows(frame, positions[start : start + rows])
+
+
+def dense_dim(frame: pd.DataFrame) -> int:
+    """The length of a dense table's vectors (0 for an empty table)."""
+    return len(frame["embedding"].iloc[0]) if len(frame) else 0
+
+
+def _dense_rows(frame: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
     rows = _arrow_rows(frame["embedding"], positions)
     if rows is None:
-        return np.vstack(frame["embedding"].to_numpy()[positions]).astype(np.float32)
+        return np.vstack(frame["embedding"].to_numpy()[positions]).astype(np.float32, copy=False)
     lengths = pc.list_value_length(rows).to_numpy(zero_copy_only=False)
     if len(set(lengths.tolist())) != 1:
         raise ValueError(f"dense embedding table mixes vector lengths {sorted(set(lengths.tolist()))}")
-    return rows.flatten().to_numpy(zero_copy_only=False).reshape(len(positions), -1).astype(np.float32)
+    return rows.flatten().to_numpy(zero_copy_only=False).reshape(len(positions), -1).astype(np.float32, copy=False)
 
 
 def sparse_vectors(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> list[SparseVector]:
     """Sparse vectors for ``chunk_ids`` in that order."""
-    found = _positions(frame, chunk_ids, "sparse embedding")
+    return _sparse_rows(frame, _positions(frame, chunk_ids, "sparse embedding"))
+
+
+def sparse_slices(frame: pd.DataFrame, chunk_ids: Sequence[str], rows: int) -> Iterator[list[SparseVector]]:
+    """``sparse_vectors`` of ``chunk_ids`` in consecutive slices of ``rows``, the table indexed once
+    (as Python lists a SPLADE vector takes ~10 KB)."""
+    positions = _positions(frame, chunk_ids, "sparse embedding")
+    for start in range(0, len(positions), rows):
+        yield _sparse_rows(frame, positions[start : start + rows])
+
+
+def _sparse_rows(frame: pd.DataFrame, found: np.ndarray) -> list[SparseVector]:
     arrow_indices, arrow_values = _arrow_rows(frame["indices"], found), _arrow_rows(frame["values"], found)
     if arrow_indices is not None and arrow_values is not None:
         values = arrow_values.to_pylist()

@@ -7,7 +7,7 @@ The ``index`` assets call these one at a time; nothing else builds an index.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import pandas as pd
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.embed.vectors import dense_matrix, sparse_vectors
+from retrieval_assets.core.embed.vectors import dense_dim, dense_matrices, sparse_slices
 from retrieval_assets.core.faults import fault_point
 from retrieval_assets.core.index.graph import GraphBuild, edge_violations, save_edges
 from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
@@ -44,6 +44,8 @@ from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 # Points per slice handed to a Qdrant or OpenSearch build.
 UPSERT_ROWS = 4096
+# Chunks per slice of a full FAISS build (an HNSW graph takes its points in large batches best).
+FAISS_SLICE_ROWS = 16_384
 # Keyword fields with at most this many distinct values are listed as facets (e.g. venues).
 MAX_FACET_VALUES = 1000
 # Beside each embedded backend's index: the count and digest of the chunk ids its step listed.
@@ -200,18 +202,23 @@ def point_batches(
     rows: int = UPSERT_ROWS,
 ) -> tuple[dict[str, FieldType], int, Iterator[PointBatch]]:
     """What a Qdrant build (embedded or server) and an OpenSearch build write: the field types,
-    the dimension, and the points in slices (SPLADE vectors are made per slice: as Python lists
-    they take ~10 KB each, 1 GB for 100k chunks at once)."""
-    payloads = index_payloads(chunks, context)
-    ids = [p["chunk_id"] for p in payloads]
-    matrix = dense_matrix(dense, ids)
+    the dimension, and the points in slices. Payloads and vectors are made per slice: held at
+    once, 200k ACL chunks' payloads took 700 MB and their SPLADE vectors as Python lists ~2 GB.
+    The field types are read from a first pass over the payloads, made again for the points."""
+
+    def payload_slices() -> Iterator[list[Payload]]:
+        for start in range(0, len(chunks), rows):
+            yield index_payloads(chunks.iloc[start : start + rows], context)
+
+    field_types = infer_field_types(payload for part in payload_slices() for payload in part)
+    ids = chunks["chunk_id"].tolist()
 
     def batches() -> Iterator[PointBatch]:
-        for start in range(0, len(payloads), rows):
-            part = slice(start, start + rows)
-            yield payloads[part], matrix[part], sparse_vectors(sparse, ids[part])
+        yield from zip(
+            payload_slices(), dense_matrices(dense, ids, rows), sparse_slices(sparse, ids, rows), strict=True
+        )
 
-    return infer_field_types(payloads), int(matrix.shape[1]), batches()
+    return field_types, dense_dim(dense), batches()
 
 
 def build_faiss_index(
@@ -224,26 +231,36 @@ def build_faiss_index(
 ) -> FaissDenseStore:
     """A new FAISS index of every chunk: the exact scan, or HNSW from ``approximate_from_chunks`` on."""
     dense_index = dense_index or DenseIndexSettings()
-    payloads = index_payloads(chunks, context)
-    matrix = dense_matrix(dense, [p["chunk_id"] for p in payloads])
     store = FaissDenseStore.create(
         path,
-        dim=matrix.shape[1],
-        index_type=dense_index.index_type(len(payloads)),
+        dim=dense_dim(dense),
+        index_type=dense_index.index_type(len(chunks)),
         hnsw_m=dense_index.hnsw_m,
         ef_construction=dense_index.hnsw_ef_construction,
         ef_search=dense_index.hnsw_ef_search,
         overwrite=True,
     )
-    return write_faiss_points(store, payloads, matrix, model_name)
+    # Written a slice at a time: payload dicts took ~3.5 KB each, 700 MB for 200k ACL chunks at once.
+    starts = range(0, len(chunks), FAISS_SLICE_ROWS)
+    matrices = dense_matrices(dense, chunks["chunk_id"].tolist(), FAISS_SLICE_ROWS)
+    points = (
+        (index_payloads(chunks.iloc[start : start + FAISS_SLICE_ROWS], context), matrix)
+        for start, matrix in zip(starts, matrices, strict=True)
+    )
+    return write_faiss_points(store, points, model_name)
 
 
 def write_faiss_points(
-    store: FaissDenseStore, payloads: list[Payload], matrix: np.ndarray, model_name: str, **facts: object
+    store: FaissDenseStore,
+    points: Iterable[tuple[list[Payload], np.ndarray]],
+    model_name: str,
+    **facts: object,
 ) -> FaissDenseStore:
-    """Upsert points into ``store`` (new, or a delta's copy of the base), save it and its build manifest."""
-    if payloads:
-        store.upsert_dense(payloads, matrix)
+    """Upsert ``points`` (payloads with their vectors, in slices) into ``store`` (new, or a delta's
+    copy of the base), save it and its build manifest."""
+    for payloads, matrix in points:
+        if payloads:
+            store.upsert_dense(payloads, matrix)
     fault_point("faiss_index")
     store.finalize()
     write_build_manifest(

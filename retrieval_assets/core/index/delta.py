@@ -316,7 +316,7 @@ def delta_faiss_index(
     payloads = index_payloads(delta.plan.upserted_rows(chunks), context)
     matrix = dense_matrix(dense, [payload["chunk_id"] for payload in payloads])
     store = delta.open_copy(FaissDenseStore, delta.base.layout.faiss, path)
-    return write_faiss_points(store, payloads, matrix, model_name, base_version=delta.base.id)
+    return write_faiss_points(store, [(payloads, matrix)], model_name, base_version=delta.base.id)
 
 
 def delta_qdrant_index(

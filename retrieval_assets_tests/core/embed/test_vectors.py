@@ -8,7 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from retrieval_assets.core.embed.vectors import dense_matrix, dense_values, sparse_values, sparse_vectors
+from retrieval_assets.core.embed.vectors import (
+    dense_dim,
+    dense_matrices,
+    dense_matrix,
+    dense_values,
+    sparse_slices,
+    sparse_values,
+    sparse_vectors,
+)
 from retrieval_assets.core.models import SparseVector
 
 IDS = ["a#0", "b#0", "c#0", "d#0"]
@@ -48,3 +56,19 @@ def test_unknown_ids_and_ragged_vectors_are_errors(tmp_path: Path) -> None:
     ragged.to_parquet(tmp_path / "ragged.parquet")
     with pytest.raises(ValueError, match="mixes vector lengths"):
         dense_matrix(pd.read_parquet(tmp_path / "ragged.parquet", dtype_backend="pyarrow"), IDS)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 10])
+def test_slices_are_the_whole_selection_in_order(tmp_path: Path, rows: int) -> None:
+    dense, sparse = _tables(tmp_path)
+    dense.to_parquet(tmp_path / "dense.parquet", row_group_size=3)
+    arrow_dense = pd.read_parquet(tmp_path / "dense.parquet", dtype_backend="pyarrow")
+    wanted = ["d#0", "a#0", "c#0", "b#0"]
+    for table in (dense, arrow_dense):
+        slices = list(dense_matrices(table, wanted, rows))
+        assert [len(part) for part in slices] == [len(wanted[i : i + rows]) for i in range(0, len(wanted), rows)]
+        assert np.array_equal(np.vstack(slices), dense_matrix(table, wanted))
+        assert dense_dim(table) == 6 and dense_dim(table.head(0)) == 0
+    assert [v for part in sparse_slices(sparse, wanted, rows) for v in part] == sparse_vectors(sparse, wanted)
+    with pytest.raises(ValueError, match="lacks 1 chunks"):
+        list(dense_matrices(dense, ["a#0", "zz#0"], rows))

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from retrieval_assets.core.embed.vectors import dense_matrix
 from retrieval_assets.core.index import build as build_module
 from retrieval_assets.core.index.build import (
     IndexConsistencyError,
@@ -100,6 +101,27 @@ def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path:
     assert (reopened.index_type, read_build_manifest(tmp_path / "faiss")["index_type"]) == (index_type, index_type)
     if index_type == "hnsw":
         assert reopened.ef_search == 16
+
+
+def test_a_build_written_in_slices_equals_one_written_at_once(tmp_path: Path, monkeypatch) -> None:
+    chunks = _chunks()
+    dense, sparse = _vectors(chunks)
+    whole = build_faiss_index(tmp_path / "whole", chunks, dense, "dense-model")
+    field_types, dim, batches = build_module.point_batches(chunks, dense, sparse, rows=len(chunks))
+    monkeypatch.setattr(build_module, "FAISS_SLICE_ROWS", 2)
+    sliced = build_faiss_index(tmp_path / "sliced", chunks, dense, "dense-model")
+    assert len(chunks) > 2 and sliced.chunk_ids() == whole.chunk_ids()
+    query = dense_matrix(dense, [chunks["chunk_id"].iloc[0]])[0]
+    assert sliced.search_dense(query, 5) == whole.search_dense(query, 5)
+    assert FaissDenseStore.stored_payloads(tmp_path / "sliced") == FaissDenseStore.stored_payloads(tmp_path / "whole")
+
+    small_types, small_dim, small_batches = build_module.point_batches(chunks, dense, sparse, rows=2)
+    assert (small_types, small_dim) == (field_types, dim) and dim == whole.dim
+    [(payloads, matrix, vectors)] = list(batches)
+    parts = list(small_batches)
+    assert [p for part in parts for p in part[0]] == payloads
+    assert np.array_equal(np.vstack([part[1] for part in parts]), matrix)
+    assert [v for part in parts for v in part[2]] == vectors
 
 
 def _facets_of(payloads: list[dict], fields: list[str], limit: int) -> dict[str, list[str]]:
