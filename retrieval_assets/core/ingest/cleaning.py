@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import islice
 from typing import Any, Literal
 
 import numpy as np
@@ -60,7 +61,14 @@ from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 from retrieval_assets.core.ingest.catalog import RawRow
 from retrieval_assets.core.ingest.reasons import QuarantineReason
 from retrieval_assets.core.ingest.sources.records import VECTOR_PREFIX, TextBlock
-from retrieval_assets.core.io.tables import DOCUMENT_COLUMNS, RAW_ROW_COLUMNS, document_row, frame_to_documents
+from retrieval_assets.core.io.tables import (
+    DOCUMENT_COLUMNS,
+    RAW_ROW_COLUMNS,
+    RECORD_BLOCK_ROWS,
+    document_row,
+    empty_frame,
+    frame_to_documents,
+)
 from retrieval_assets.core.models import Document, MetadataValue, QuarantineRecord, TextSpan
 from retrieval_assets.core.stores.base import REQUIRED_PAYLOAD_FIELDS
 
@@ -558,8 +566,15 @@ def parse_rows(
     """One ``PARSE_COLUMNS`` record per row, in row order."""
     if fmt not in _PARSERS:
         raise ValueError(f"unknown catalog format {fmt!r}; expected one of {sorted(_PARSERS)}")
-    records = [parse_record(row, fmt, tenant_id, max_text_chars) for row in rows]
-    return pd.DataFrame(records, columns=list(PARSE_COLUMNS)).astype(PARSE_COLUMNS)
+    remaining = iter(rows)
+    frames = []
+    # A block at a time, so that only one block's records exist as dicts at once.
+    while block := list(islice(remaining, RECORD_BLOCK_ROWS)):
+        records = [parse_record(row, fmt, tenant_id, max_text_chars) for row in block]
+        frames.append(pd.DataFrame(records, columns=list(PARSE_COLUMNS)).astype(PARSE_COLUMNS))
+    if len(frames) == 1:
+        return frames[0]
+    return pd.concat(frames, ignore_index=True) if frames else empty_frame(PARSE_COLUMNS)
 
 
 @dataclass(frozen=True)

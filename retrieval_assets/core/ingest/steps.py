@@ -46,6 +46,7 @@ from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
+    RECORD_BLOCK_ROWS,
     chunks_to_frame,
     documents_to_frame,
     frame_to_documents,
@@ -327,14 +328,14 @@ def chunk_frame(
     cleaned fields are unchanged since the last build keeps its chunks instead of being chunked
     again. Returns the chunks frame and how many documents were chunked and reused."""
     if memo is None:
-        return chunks_to_frame(chunk_documents(frame_to_documents(documents), settings)), {
+        return _chunk_rows(documents, settings), {
             "documents_chunked": len(documents),
             "documents_reused": 0,
         }
     keys = memo.document_keys(documents).to_numpy()
     previous = memo.previous()
     known = pd.Series(keys).isin(previous["doc_key"]).to_numpy()
-    fresh = chunks_to_frame(chunk_documents(frame_to_documents(documents[~known]), settings))
+    fresh = _chunk_rows(documents[~known], settings)
     key_of = dict(zip(zip(documents["tenant_id"], documents["doc_id"], strict=True), keys, strict=True))
     fresh["doc_key"] = pd.Series(
         [key_of[pair] for pair in zip(fresh["tenant_id"], fresh["doc_id"], strict=True)], dtype="uint64"
@@ -351,6 +352,17 @@ def chunk_frame(
     memo.save(frame)
     stats = {"documents_chunked": int((~known).sum()), "documents_reused": int(known.sum())}
     return frame[list(CHUNK_COLUMNS)].astype(CHUNK_COLUMNS), stats
+
+
+def _chunk_rows(documents: pd.DataFrame, settings: ChunkingSettings) -> pd.DataFrame:
+    """The chunks of a documents frame as a frame, made a block of documents at a time: only one
+    block's documents and chunks exist as objects at once."""
+    starts = range(0, len(documents), RECORD_BLOCK_ROWS)
+    blocks = (documents.iloc[start : start + RECORD_BLOCK_ROWS] for start in starts)
+    frames = [chunks_to_frame(chunk_documents(frame_to_documents(block), settings)) for block in blocks]
+    if len(frames) == 1:
+        return frames[0]
+    return pd.concat(frames, ignore_index=True) if frames else chunks_to_frame([])
 
 
 def chunk_documents(documents: Sequence[Document], settings: ChunkingSettings) -> list[Chunk]:

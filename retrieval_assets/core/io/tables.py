@@ -111,6 +111,8 @@ def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.Dat
 
 # Columns a frame written before they existed lacks: read as all missing.
 OPTIONAL_COLUMNS = frozenset({"vectors"})
+# Rows turned into Python objects at once where a whole table is walked row by row.
+RECORD_BLOCK_ROWS = 8192
 
 
 def _records(frame: pd.DataFrame, columns: dict[str, str], what: str) -> Iterator[dict[str, Any]]:
@@ -120,8 +122,11 @@ def _records(frame: pd.DataFrame, columns: dict[str, str], what: str) -> Iterato
         frame, missing = frame.assign(**dict.fromkeys(missing)), []
     if missing:
         raise ValueError(f"{what} frame lacks columns {missing}; has {list(frame.columns)}")
-    for record in frame[list(columns)].to_dict("records"):
-        yield {key: None if pd.isna(value) else value for key, value in record.items()}
+    selected = frame[list(columns)]
+    # A block at a time: to_dict("records") makes every row's dict at once.
+    for start in range(0, len(selected), RECORD_BLOCK_ROWS):
+        for record in selected.iloc[start : start + RECORD_BLOCK_ROWS].to_dict("records"):
+            yield {key: None if pd.isna(value) else value for key, value in record.items()}
 
 
 def dump_metadata(metadata: dict[str, MetadataValue]) -> str:

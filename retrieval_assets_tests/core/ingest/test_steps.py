@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from retrieval_assets.core.ingest import cleaning, steps
 from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.ingest.inbox import (
     DocumentInbox,
@@ -23,6 +24,7 @@ from retrieval_assets.core.ingest.steps import (
     clean_catalogs,
     read_raw_catalogs,
 )
+from retrieval_assets.core.io import tables
 from retrieval_assets.core.io.tables import frame_to_documents
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA
@@ -205,3 +207,20 @@ def test_memo_keeps_quarantine_reasons_and_duplicate_rule(tmp_path: Path, bad_li
     assert memo.reused == 3 and memo.parsed == 0
     pd.testing.assert_frame_equal(again.documents, plain.documents)
     assert again.quarantine == plain.quarantine
+
+
+@pytest.mark.parametrize("memo", [False, True], ids=["no memo", "memo"])
+def test_cleaning_and_chunking_a_few_rows_at_a_time_change_nothing(tmp_path: Path, monkeypatch, memo: bool) -> None:
+    def build(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+        raw = read_raw_catalogs({"main": CATALOG})[0]
+        cleaned = clean_catalogs(raw, [CATALOG], ParsedRows(home) if memo else None).documents
+        settings = ChunkingSettings()
+        return cleaned, chunk_frame(cleaned, settings, ChunkMemo(home, settings) if memo else None)[0]
+
+    whole = build(tmp_path / "whole")
+    for module in (tables, cleaning, steps):
+        monkeypatch.setattr(module, "RECORD_BLOCK_ROWS", 3)
+    in_blocks = build(tmp_path / "blocks")
+    assert len(whole[0]) > 3 and len(whole[1]) > 3
+    pd.testing.assert_frame_equal(in_blocks[0], whole[0])
+    pd.testing.assert_frame_equal(in_blocks[1], whole[1])
