@@ -76,7 +76,7 @@ def stored_value(
 ) -> Any:
     """The value ``ParquetIOManager`` stored for ``asset`` under ``base_dir``: its table (read with
     ``options``, or a ``StoredTable`` when ``deferred``) or its record. Runs hold no step's output
-    in memory (``runs.execute_job``), so whatever needs a value after a run reads it here."""
+    in memory (``runs.run_job``), so whatever needs a value after a run reads it here."""
     stem = Path(base_dir, *([asset] if isinstance(asset, str) else asset))
     table = stem.with_suffix(".parquet")
     if table.exists():
