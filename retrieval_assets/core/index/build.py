@@ -202,9 +202,9 @@ def point_batches(
     rows: int = UPSERT_ROWS,
 ) -> tuple[dict[str, FieldType], int, Iterator[PointBatch]]:
     """What a Qdrant build (embedded or server) and an OpenSearch build write: the field types,
-    the dimension, and the points in slices. Payloads and vectors are made per slice: held at
-    once, 200k ACL chunks' payloads took 700 MB and their SPLADE vectors as Python lists ~2 GB.
-    The field types are read from a first pass over the payloads, made again for the points."""
+    the dimension, and the points in slices. Payloads and vectors are made per slice (200k ACL
+    chunks' payloads took 700 MB held at once; a SPLADE vector as Python lists ~10 KB). The
+    field types are read from a first pass over the payloads, made again for the points."""
 
     def payload_slices() -> Iterator[list[Payload]]:
         for start in range(0, len(chunks), rows):
