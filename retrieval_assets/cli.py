@@ -67,8 +67,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     record = stored_value(storage.artifacts_dir, "index_version")
     candidate = record.version
     cleaned, chunks = materialized(build, "cleaned_documents"), materialized(build, "chunks")
-    print(console.build_line(candidate, record.reused, int(cleaned.get("documents", 0)),
-                             int(cleaned.get("quarantined", 0)), int(chunks.get("chunks", 0))))
+    print(
+        console.build_line(
+            candidate,
+            record.reused,
+            int(cleaned.get("documents", 0)),
+            int(cleaned.get("quarantined", 0)),
+            int(chunks.get("chunks", 0)),
+        )
+    )
     # As the candidate sensor does: a version evaluated before (nothing changed) is not evaluated
     # again, and the run is tagged with the version it judges.
     if versions.version(candidate).evaluation() is None:
@@ -88,9 +95,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     gold = catalog.gold()
     # Without gold, the first document's title (or its first words) asks for something it holds.
-    sample = args.query or (next(iter(gold.queries.values())) if gold else console.sample_query(
-        stored_value(storage.artifacts_dir, "cleaned_documents", {"columns": ["title", "text"]})
-    ))
+    sample = args.query or (
+        next(iter(gold.queries.values()))
+        if gold
+        else console.sample_query(
+            stored_value(storage.artifacts_dir, "cleaned_documents", {"columns": ["title", "text"]})
+        )
+    )
     print()
     with configured_search() as search:
         print("\n".join(console.result_lines(search.search(sample, top_k=5))))
@@ -220,6 +231,21 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         args.queries,
         args.approximate_from_chunks,
         args.workdir,
+        args.json_out,
+    )
+
+
+def cmd_bench_encoders(args: argparse.Namespace) -> int:
+    from retrieval_assets.bench.encoders import bench_encoders
+    from retrieval_assets.core.settings import ModelSettings
+
+    return bench_encoders(
+        Path(args.dataset),
+        args.documents,
+        args.alone,
+        ModelSettings(device=args.device),
+        args.reference,
+        args.reference_out,
         args.json_out,
     )
 
@@ -464,8 +490,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="vocabulary expansion (default: as the served configuration)",
     )
-    search.add_argument("--multi-query", action=argparse.BooleanOptionalAction, default=None,
-                        help="search reformulations and fuse them (default: as the served configuration)")
+    search.add_argument(
+        "--multi-query",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="search reformulations and fuse them (default: as the served configuration)",
+    )
     search.add_argument("--context-file", action="append", help="attached file name, e.g. scan.dcm (repeatable)")
     search.add_argument("--context-metadata", help='attached metadata as JSON, e.g. \'{"modality": "CT"}\'')
     search.add_argument("--json", action="store_true", help="print the full result with provenance as JSON")
@@ -508,9 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one changed document",
     )
     incremental.add_argument("--dataset", required=True, help="BEIR directory, or a JSONL tool catalog with --format")
-    incremental.add_argument(
-        "--format", choices=["beir", "tool_catalog"], default="beir", help="what --dataset holds"
-    )
+    incremental.add_argument("--format", choices=["beir", "tool_catalog"], default="beir", help="what --dataset holds")
     incremental.add_argument("--changed-fraction", type=float, default=0.01, help="share of documents changed")
     incremental.add_argument(
         "--changed-runs",
@@ -548,6 +576,21 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--workdir", help="keep the versions and the cache here instead of a temporary directory")
     scale.add_argument("--json-out", help="also write the result JSON to this file")
     scale.set_defaults(func=cmd_bench_scale)
+
+    encoders = _command(
+        sub,
+        "bench-encoders",
+        help="the default dense and SPLADE encoders on the device a build uses (CUDA when torch sees a GPU): "
+        "documents a second, query P50/P95, batched against alone, and against outputs kept on another machine",
+    )
+    encoders.add_argument("--dataset", required=True, help="BEIR directory: its first --documents records are encoded")
+    encoders.add_argument("--documents", type=int, default=1000, help="records encoded in the encoders' batches")
+    encoders.add_argument("--alone", type=int, default=64, help="of those, records also encoded one at a time")
+    encoders.add_argument("--device", default="auto", help="auto or cuda (the GPU when torch sees one), or cpu")
+    encoders.add_argument("--reference", help="outputs kept by --reference-out, to compare against (same records)")
+    encoders.add_argument("--reference-out", help="keep this run's outputs here (.npz)")
+    encoders.add_argument("--json-out", help="also write the result JSON to this file")
+    encoders.set_defaults(func=cmd_bench_encoders)
 
     latency = _command(
         sub, "bench-latency", help="query P50/P95 per backend (bm25, dense, splade, hybrid) of a version"

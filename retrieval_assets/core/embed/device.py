@@ -30,3 +30,9 @@ def onnx_providers(device: str) -> list[str]:
 
     available = set(onnxruntime.get_available_providers())
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
+def provider_device(providers: list[str]) -> str:
+    """The device an onnxruntime session on ``providers`` runs on: "cuda" only when the CUDA
+    provider leads, so an onnxruntime build without it keeps the CPU's batching."""
+    return "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"

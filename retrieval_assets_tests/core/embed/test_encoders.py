@@ -10,13 +10,19 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import numpy as np
+import onnxruntime
 import pytest
 import torch
 
 from retrieval_assets.core.embed import sparse as sparse_module
 from retrieval_assets.core.embed.base import DenseEncoder, ModelLoadError, SparseEncoder, encoder_fingerprint
-from retrieval_assets.core.embed.dense import OnnxDenseEncoder, load_dense_encoder
-from retrieval_assets.core.embed.device import onnx_providers, resolve_device
+from retrieval_assets.core.embed.dense import (
+    CPU_DOCUMENT_BATCH_TEXTS,
+    CPU_DOCUMENT_MAX_BATCH_TOKENS,
+    OnnxDenseEncoder,
+    load_dense_encoder,
+)
+from retrieval_assets.core.embed.device import onnx_providers, provider_device, resolve_device
 from retrieval_assets.core.embed.onnx_graph import GRAPH_AS_SHIPPED, GRAPH_DEQUANTIZED
 from retrieval_assets.core.embed.packaged import BGE_QUERY_PREFIX, PACKAGED_MODELS, resolve_model_path
 from retrieval_assets.core.embed.sparse import load_sparse_encoder
@@ -82,6 +88,20 @@ def test_onnx_providers() -> None:
     cuda = onnx_providers("cuda")
     assert cuda[-1] == "CPUExecutionProvider"
     assert set(cuda) <= {"CUDAExecutionProvider", "CPUExecutionProvider"}
+    assert provider_device(["CUDAExecutionProvider", "CPUExecutionProvider"]) == "cuda"
+    assert provider_device(["CPUExecutionProvider"]) == "cpu"
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in onnxruntime.get_available_providers(), reason="this onnxruntime has a CUDA provider"
+)
+def test_onnx_encoder_asked_for_cuda_without_the_provider_runs_as_the_cpu() -> None:
+    # The CPU onnxruntime wheel beside a CUDA torch: "auto" resolves to cuda, the session to the
+    # CPU, and the encoder must batch as the CPU does, not as a GPU would.
+    path = resolve_model_path("BAAI/bge-small-en-v1.5").path
+    encoder = OnnxDenseEncoder(path, device="cuda", batch_size=16)
+    assert encoder.device == "cpu"
+    assert (encoder.batch_size, encoder.max_batch_tokens) == (CPU_DOCUMENT_BATCH_TEXTS, CPU_DOCUMENT_MAX_BATCH_TOKENS)
 
 
 # --- resolution -------------------------------------------------------------------------

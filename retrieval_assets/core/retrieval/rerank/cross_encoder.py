@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from retrieval_assets.core.embed.dense import _ONNX_INPUTS, padded_feeds
-from retrieval_assets.core.embed.device import onnx_providers, resolve_device, usable_cores
+from retrieval_assets.core.embed.device import onnx_providers, provider_device, resolve_device, usable_cores
 from retrieval_assets.core.embed.onnx_graph import load_graph
 from retrieval_assets.core.embed.packaged import load_resolved, resolve_for_role
 from retrieval_assets.core.retrieval.rerank.base import Reranker
@@ -119,7 +119,7 @@ class OnnxCrossEncoder(Reranker):
         self._tokenizer.no_padding()  # the packaged tokenizer.json pads every input to 512
 
         self.model_name = model_name or str(model_dir)
-        self.device = "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"
+        self.device = provider_device(providers)
         self.batch_size = batch_size
         # A GPU wants whole batches; the token budget is a CPU cache effect.
         self.max_batch_tokens = max_batch_tokens if self.device == "cpu" else None
