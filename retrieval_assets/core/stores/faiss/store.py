@@ -1,10 +1,12 @@
 """FAISS dense store: exact (flat) or approximate (HNSW) inner product on L2-normalised vectors.
 
 On disk: ``index.faiss`` (an ``IndexIDMap2`` keyed by ``point_int64(chunk_id)``),
-``payloads.parquet`` (one row per live vector, in the index's internal order: id, chunk_id and
-the payload as JSON) and ``manifest.json``. FAISS lives in memory: writes are saved by
-``finalize()`` or ``close()``. Payloads stay JSON text until a search needs them, so opening,
-counting, listing chunk ids and a delta build's deletes and upserts never parse them all.
+``payloads.parquet`` (one row per live vector, in the index's internal order: id, chunk_id,
+doc_id and the payload as JSON) and ``manifest.json``. FAISS lives in memory: writes are saved by
+``finalize()`` or ``close()``. Payloads stay JSON text in Arrow buffers, never one Python object
+per row: a hit parses its own payload only when it is shown, and a filter parses them all once
+per field it names, keeping only that field's values (``PayloadColumns``). Held as parsed dicts,
+the payloads of 200,000 chunks took about 1 GB of a serving process.
 Filters are evaluated over the payloads and handed to FAISS as an ``IDSelector``, so the
 search itself only considers matching vectors. On an HNSW index, a filter that keeps few rows
 (a tenant's share, say) is answered by an exact scan of those rows: a graph walk meets too few
@@ -24,7 +26,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -68,14 +70,14 @@ class PayloadColumns:
 
     A vectorised twin of ``MetadataFilter.matches``: list values are exploded into one entry
     per element, equality compares ``str()`` forms and ranges compare ``float()`` values.
-    Each field's column is built on first use and cached, so a query pays only for the compare.
+    Each field's column is built on first use, in one pass over ``payloads`` (iterated again
+    for each new field), and cached, so a query pays only for the compare.
     """
 
-    def __init__(self, payloads: Sequence[Payload]):
-        # object dtype keeps ints as ints in columns with gaps, so str() agrees with matches().
-        self._frame = pd.DataFrame(list(payloads), dtype=object)
+    def __init__(self, payloads: Collection[Payload]):
+        self._payloads = payloads
         self._rows = len(payloads)
-        self._columns: dict[str, tuple[np.ndarray, pd.Series, np.ndarray]] = {}
+        self._columns: dict[str, tuple[np.ndarray, pa.Array, np.ndarray]] = {}
         self._masks: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # serving threads share the cache
 
@@ -100,11 +102,10 @@ class PayloadColumns:
     def _compute_mask(self, filters: Sequence[MetadataFilter]) -> np.ndarray:
         mask = np.ones(self._rows, dtype=bool)
         for flt in filters:
-            if flt.field not in self._frame.columns:
-                return np.zeros(self._rows, dtype=bool)
             rows, strings, numbers = self._column(flt.field)
             if flt.any_of is not None:
-                hit = strings.isin({str(v) for v in flt.any_of}).to_numpy(dtype=bool)
+                wanted = pa.array(sorted({str(v) for v in flt.any_of}), type=pa.string())
+                hit = pc.is_in(strings, value_set=wanted).to_numpy(zero_copy_only=False)
             else:
                 hit = ~np.isnan(numbers)
                 if flt.gte is not None:
@@ -116,16 +117,52 @@ class PayloadColumns:
             mask &= passed
         return mask
 
-    def _column(self, field: str) -> tuple[np.ndarray, pd.Series, np.ndarray]:
-        """(row of each entry, its str() form, its float value or NaN) for one field."""
-        if field not in self._columns:
-            values = self._frame[field].explode().dropna()
-            self._columns[field] = (
-                values.index.to_numpy(dtype=np.int64),
-                values.map(str),
-                pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64),
+    def _column(self, field: str) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+        """(row of each entry, its str() form, its float value or NaN) for one field; a row
+        without the field, or with None or an empty list there, has no entry."""
+        column = self._columns.get(field)
+        if column is None:
+            rows: list[int] = []
+            values: list[Any] = []
+            for row, payload in enumerate(self._payloads):
+                value = payload.get(field)
+                for item in value if isinstance(value, list) else (value,):
+                    if item is not None:
+                        rows.append(row)
+                        values.append(item)
+            # object dtype keeps ints as ints and bools as bools, so str() agrees with matches().
+            entries = pd.Series(values, dtype=object)
+            column = (
+                np.asarray(rows, dtype=np.int64),
+                pa.array(entries.map(str).tolist(), type=pa.string()),
+                pd.to_numeric(entries, errors="coerce").to_numpy(dtype=np.float64),
             )
-        return self._columns[field]
+            with self._lock:
+                self._columns[field] = column
+        return column
+
+
+class PayloadTexts(Collection[Payload]):
+    """Payloads as JSON text in one Arrow column, parsed a block at a time while iterated."""
+
+    BLOCK_ROWS = 8192
+
+    def __init__(self, texts: pa.ChunkedArray):
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __iter__(self) -> Iterator[Payload]:
+        for chunk in self.texts.chunks:
+            for start in range(0, len(chunk), self.BLOCK_ROWS):
+                yield from map(parse_payload, chunk.slice(start, self.BLOCK_ROWS).to_pylist())
+
+    def __contains__(self, payload: object) -> bool:
+        return any(payload == own for own in self)
+
+    def text(self, row: int) -> str:
+        return cast(str, self.texts[row].as_py())
 
 
 class FaissDenseStore(DenseStore):
@@ -143,7 +180,8 @@ class FaissDenseStore(DenseStore):
         directory: Path,
         index: faiss.IndexIDMap2,
         chunk_ids: list[str],
-        payload_json: list[str],
+        doc_ids: list[str],
+        payloads: PayloadTexts,
         manifest: dict[str, Any],
     ):
         """Use ``create`` or ``open``."""
@@ -153,12 +191,10 @@ class FaissDenseStore(DenseStore):
         self.index_type: IndexType = manifest["index_type"]
         self.ef_search: int = manifest["ef_search"]
         self._index = index
-        # One entry per live row, in the index's order: the chunk id, and the payload either as saved
-        # (JSON) or, once a search needed it, parsed (the JSON is then dropped: a serving process
-        # holds the payloads once).
+        # One entry per live row, in the index's order.
         self._chunk_ids = chunk_ids
-        self._payload_json: list[str] | None = payload_json
-        self._parsed: list[Payload] | None = None
+        self._doc_ids = doc_ids
+        self._payloads = payloads
         # Each live row's position in the index (rows of a flat index are its positions; an
         # HNSW index also holds tombstones between them), and the point id of each.
         self._positions = np.flatnonzero(_id_map(index) != TOMBSTONE).astype(np.int64)
@@ -196,7 +232,7 @@ class FaissDenseStore(DenseStore):
             "ef_construction": ef_construction,
             "ef_search": ef_search,
         }
-        store = cls(directory, _new_index(manifest), [], [], manifest)
+        store = cls(directory, _new_index(manifest), [], [], _payload_texts([]), manifest)
         store._save()
         return store
 
@@ -211,9 +247,14 @@ class FaissDenseStore(DenseStore):
         live_ids = _id_map(index)[_id_map(index) != TOMBSTONE]
         if not np.array_equal(stored_ids, live_ids):
             raise ValueError(f"{directory}: {INDEX_FILE} and {PAYLOAD_FILE} are out of sync")
-        return cls(
-            directory, index, table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), manifest
+        payloads = PayloadTexts(table.column("payload").cast(pa.large_string()))
+        # Saved before doc_id had its own column: read from each payload once.
+        doc_ids = (
+            table.column("doc_id").to_pylist()
+            if "doc_id" in table.column_names
+            else [payload["doc_id"] for payload in payloads]
         )
+        return cls(directory, index, table.column("chunk_id").to_pylist(), doc_ids, payloads, manifest)
 
     @classmethod
     def open_copy(cls, source: str | os.PathLike[str], target: str | os.PathLike[str]) -> FaissDenseStore:
@@ -223,16 +264,6 @@ class FaissDenseStore(DenseStore):
         store.directory = prepare_index_dir(target, overwrite=True)
         store._dirty = True
         return store
-
-    @property
-    def _payloads(self) -> list[Payload]:
-        """The payloads, parsed on first use (a search); concurrent first uses parse the same list."""
-        parsed, text = self._parsed, self._payload_json
-        if parsed is None:
-            assert text is not None
-            self._parsed = parsed = [parse_payload(payload) for payload in text]
-            self._payload_json = None
-        return parsed
 
     def count(self) -> int:
         return len(self._chunk_ids)
@@ -266,10 +297,9 @@ class FaissDenseStore(DenseStore):
         self._index.add_with_ids(matrix, ids)
         self._positions = np.concatenate([self._positions, np.arange(first_position, self._index.ntotal)])
         self._chunk_ids.extend(p["chunk_id"] for p in payloads)
-        if self._payload_json is not None:
-            self._payload_json.extend(json.dumps(p, ensure_ascii=False) for p in payloads)
-        else:
-            self._payloads.extend(dict(p) for p in payloads)
+        self._doc_ids.extend(p["doc_id"] for p in payloads)
+        added = _payload_texts(payloads).texts.chunks
+        self._payloads = PayloadTexts(pa.chunked_array([*self._payloads.texts.chunks, *added], pa.large_string()))
         self._ids = np.concatenate([self._ids, ids])
         self._row_of.update((int(point_id), start + i) for i, point_id in enumerate(ids))
         self._columns = None
@@ -388,9 +418,12 @@ class FaissDenseStore(DenseStore):
         self.finalize()
 
     def _hit(self, row: int, score: float) -> StoreHit:
-        payload = self._payloads[row]
-        # A copy, so that no caller can change the store's own payload; taken only if the hit is shown.
-        return StoreHit(payload["chunk_id"], score, doc_id=payload["doc_id"], load=payload.copy)
+        # Parsed only if the hit is shown. A write replaces the store's PayloadTexts, never changes
+        # one, so the row still names this payload then.
+        payloads = self._payloads
+        return StoreHit(
+            self._chunk_ids[row], score, doc_id=self._doc_ids[row], load=lambda: parse_payload(payloads.text(row))
+        )
 
     def _payload_columns(self) -> PayloadColumns:
         if self._columns is None:
@@ -410,10 +443,8 @@ class FaissDenseStore(DenseStore):
             self._positions = self._positions[keep]
         self._ids = self._ids[keep]
         self._chunk_ids = [chunk_id for chunk_id, kept in zip(self._chunk_ids, keep, strict=True) if kept]
-        if self._payload_json is not None:
-            self._payload_json = [text for text, kept in zip(self._payload_json, keep, strict=True) if kept]
-        else:
-            self._parsed = [payload for payload, kept in zip(self._payloads, keep, strict=True) if kept]
+        self._doc_ids = [doc_id for doc_id, kept in zip(self._doc_ids, keep, strict=True) if kept]
+        self._payloads = PayloadTexts(self._payloads.texts.filter(pa.array(keep)))
         self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
 
     def _compact(self) -> None:
@@ -434,13 +465,8 @@ class FaissDenseStore(DenseStore):
             {
                 "id": pa.array(self._ids, type=pa.int64()),
                 "chunk_id": pa.array(self._chunk_ids, type=pa.string()),
-                # JSON keeps heterogeneous metadata types (a field int here, str there) intact.
-                "payload": pa.array(
-                    self._payload_json
-                    if self._payload_json is not None
-                    else [json.dumps(p, ensure_ascii=False) for p in self._payloads],
-                    type=pa.string(),
-                ),
+                "doc_id": pa.array(self._doc_ids, type=pa.string()),
+                "payload": self._payloads.texts,
             }
         )
         payload_tmp = self.directory / (PAYLOAD_FILE + ".tmp")
@@ -450,6 +476,12 @@ class FaissDenseStore(DenseStore):
         self._manifest["count"] = len(self._chunk_ids)
         write_manifest(self.directory, self._manifest)
         self._dirty = False
+
+
+def _payload_texts(payloads: Sequence[Payload]) -> PayloadTexts:
+    # JSON keeps heterogeneous metadata types (a field int here, str there) intact.
+    texts = pa.array([json.dumps(p, ensure_ascii=False) for p in payloads], type=pa.large_string())
+    return PayloadTexts(pa.chunked_array([texts], pa.large_string()))
 
 
 def _id_map(index: faiss.IndexIDMap2) -> np.ndarray:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 
-from retrieval_assets.core.stores.faiss.store import FaissDenseStore, PayloadColumns
+from retrieval_assets.core.stores.faiss.store import PAYLOAD_FILE, FaissDenseStore, PayloadColumns, PayloadTexts
 from retrieval_assets.core.stores.filters import (
     MetadataFilter,
     matches_all,
@@ -43,6 +44,32 @@ def test_faiss_stored_payloads_are_read_without_the_index(tmp_path):
         store.upsert_dense(PAYLOADS, VECTORS)
     assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
     assert FaissDenseStore.stored_payloads(path, {CHUNK_IDS[2], "no-such-chunk#0"}) == {CHUNK_IDS[2]: PAYLOADS[2]}
+
+
+def test_faiss_payloads_stay_json_until_a_hit_is_shown(tmp_path):
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    store = FaissDenseStore.open(path)
+    assert isinstance(store._payloads, PayloadTexts)
+    hit = store.search_dense(VECTORS[2], top_k=1)[0]
+    assert (hit.chunk_id, hit.doc_id) == (CHUNK_IDS[2], PAYLOADS[2]["doc_id"])
+    # A write after the search leaves the hit's payload as it was found.
+    store.delete([CHUNK_IDS[0], CHUNK_IDS[2]])
+    assert hit.payload == PAYLOADS[2]
+    assert [h.chunk_id for h in store.search_dense(VECTORS[3], top_k=1)] == [CHUNK_IDS[3]]
+    assert store.search_dense(VECTORS[3], top_k=1)[0].payload == PAYLOADS[3]
+
+
+def test_faiss_opens_payloads_saved_without_a_doc_id_column(tmp_path):
+    # Versions built before doc_id had its own column: each doc id is read from its payload.
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    payload_file = path / PAYLOAD_FILE
+    pq.write_table(pq.read_table(payload_file).drop_columns(["doc_id"]), payload_file)
+    hits = FaissDenseStore.open(path).search_dense(VECTORS[4], top_k=len(PAYLOADS))
+    assert {h.chunk_id: h.doc_id for h in hits} == {p["chunk_id"]: p["doc_id"] for p in PAYLOADS}
 
 
 def test_faiss_filter_mask_agrees_with_metadata_filter():

@@ -10,7 +10,7 @@ import pytest
 
 from retrieval_assets.core.models import SparseVector
 from retrieval_assets.core.stores.filters import FilterError, parse_filters
-from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore, ShardBusyError
+from retrieval_assets.core.stores.qdrant.edge import SHARD_DIR, QdrantEdgeStore, ShardBusyError
 from retrieval_assets_tests.core.stores.embedded_corpus import (
     CHUNK_IDS,
     DIM,
@@ -71,6 +71,14 @@ def test_qdrant_keeps_both_vectors_and_hybrid_fuses(qdrant):
     year = parse_filters({"year": {"gte": 2025}})
     narrow = qdrant.search_hybrid(FAR_QUERY, SPARSE[0], top_k=1, filters=year, prefetch_limit=1)
     assert [h.chunk_id for h in narrow] == [CHUNK_IDS[FAR]]
+
+
+def test_qdrant_dense_vectors_stay_on_disk(qdrant):
+    # A serving process searches this shard for SPLADE only (FAISS answers dense), so its dense
+    # vectors are memory-mapped rather than loaded; they are still searched when asked.
+    config = json.loads((qdrant.directory / SHARD_DIR / "edge_config.json").read_text())
+    assert config["vectors"]["dense"]["memory"] == "cold"
+    assert qdrant.search_dense(VECTORS[3], top_k=1)[0].chunk_id == CHUNK_IDS[3]
 
 
 def test_qdrant_delete_removes_both_vectors(qdrant, tmp_path):
