@@ -56,6 +56,9 @@ from retrieval_assets.core.stores.filters import MetadataFilter
 IndexType = Literal["flat", "hnsw"]
 INDEX_FILE = "index.faiss"
 PAYLOAD_FILE = "payloads.parquet"
+# Rows per Parquet row group of the payload file. Reading decodes a row group's pages whole:
+# the 241 MB of JSON of 200,000 payloads took a reader 945 MB in one row group, 587 MB in these.
+PAYLOAD_ROW_GROUP_ROWS = 16_384
 # The id of a removed HNSW vector; point ids are non-negative (``point_int64``).
 TOMBSTONE = -2
 # Above this share of tombstones a save rebuilds the HNSW graph from the live vectors: each one
@@ -470,7 +473,7 @@ class FaissDenseStore(DenseStore):
             }
         )
         payload_tmp = self.directory / (PAYLOAD_FILE + ".tmp")
-        pq.write_table(table, payload_tmp)
+        pq.write_table(table, payload_tmp, row_group_size=PAYLOAD_ROW_GROUP_ROWS)
         os.replace(index_tmp, self.directory / INDEX_FILE)
         os.replace(payload_tmp, self.directory / PAYLOAD_FILE)
         self._manifest["count"] = len(self._chunk_ids)

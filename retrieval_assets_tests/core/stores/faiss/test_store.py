@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 
+from retrieval_assets.core.stores.faiss import store as store_module
 from retrieval_assets.core.stores.faiss.store import PAYLOAD_FILE, FaissDenseStore, PayloadColumns, PayloadTexts
 from retrieval_assets.core.stores.filters import (
     MetadataFilter,
@@ -59,6 +60,16 @@ def test_faiss_payloads_stay_json_until_a_hit_is_shown(tmp_path):
     assert hit.payload == PAYLOADS[2]
     assert [h.chunk_id for h in store.search_dense(VECTORS[3], top_k=1)] == [CHUNK_IDS[3]]
     assert store.search_dense(VECTORS[3], top_k=1)[0].payload == PAYLOADS[3]
+
+
+def test_faiss_payloads_are_saved_in_row_groups(tmp_path, monkeypatch):
+    # A reader decodes a row group whole, so a large store's payloads are not one row group.
+    monkeypatch.setattr(store_module, "PAYLOAD_ROW_GROUP_ROWS", 3)
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    assert pq.ParquetFile(path / PAYLOAD_FILE).metadata.num_row_groups == -(-len(PAYLOADS) // 3)
+    assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
 
 
 def test_faiss_opens_payloads_saved_without_a_doc_id_column(tmp_path):
