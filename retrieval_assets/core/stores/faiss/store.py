@@ -5,8 +5,9 @@ On disk: ``index.faiss`` (an ``IndexIDMap2`` keyed by ``point_int64(chunk_id)``)
 doc_id and the payload as JSON) and ``manifest.json``. FAISS lives in memory: writes are saved by
 ``finalize()`` or ``close()``. Payloads stay JSON text in Arrow buffers, never one Python object
 per row: a hit parses its own payload only when it is shown, and a filter parses them all once
-per field it names, keeping only that field's values (``PayloadColumns``). Held as parsed dicts,
-the payloads of 200,000 chunks took about 1 GB of a serving process.
+per field it names, keeping only that field's values (``PayloadColumns``). With 200,000 chunks,
+the store took 1.5 GB of a serving process while it held every payload as a parsed dict, and
+0.7 GB this way (docs/benchmarks/scale.md).
 Filters are evaluated over the payloads and handed to FAISS as an ``IDSelector``, so the
 search itself only considers matching vectors. On an HNSW index, a filter that keeps few rows
 (a tenant's share, say) is answered by an exact scan of those rows: a graph walk meets too few
