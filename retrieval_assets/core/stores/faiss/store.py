@@ -236,7 +236,8 @@ class FaissDenseStore(DenseStore):
             "ef_construction": ef_construction,
             "ef_search": ef_search,
         }
-        store = cls(directory, _new_index(manifest), [], [], _payload_texts([]), manifest)
+        no_payloads = PayloadTexts(pa.chunked_array([], pa.large_string()))
+        store = cls(directory, _new_index(manifest), [], [], no_payloads, manifest)
         store._save()
         return store
 
@@ -302,8 +303,8 @@ class FaissDenseStore(DenseStore):
         self._positions = np.concatenate([self._positions, np.arange(first_position, self._index.ntotal)])
         self._chunk_ids.extend(p["chunk_id"] for p in payloads)
         self._doc_ids.extend(p["doc_id"] for p in payloads)
-        added = _payload_texts(payloads).texts.chunks
-        self._payloads = PayloadTexts(pa.chunked_array([*self._payloads.texts.chunks, *added], pa.large_string()))
+        added = _payload_json(payloads)
+        self._payloads = PayloadTexts(pa.chunked_array([*self._payloads.texts.chunks, added], pa.large_string()))
         self._ids = np.concatenate([self._ids, ids])
         self._row_of.update((int(point_id), start + i) for i, point_id in enumerate(ids))
         self._columns = None
@@ -482,10 +483,9 @@ class FaissDenseStore(DenseStore):
         self._dirty = False
 
 
-def _payload_texts(payloads: Sequence[Payload]) -> PayloadTexts:
+def _payload_json(payloads: Sequence[Payload]) -> pa.Array:
     # JSON keeps heterogeneous metadata types (a field int here, str there) intact.
-    texts = pa.array([json.dumps(p, ensure_ascii=False) for p in payloads], type=pa.large_string())
-    return PayloadTexts(pa.chunked_array([texts], pa.large_string()))
+    return pa.array([json.dumps(p, ensure_ascii=False) for p in payloads], type=pa.large_string())
 
 
 def _id_map(index: faiss.IndexIDMap2) -> np.ndarray:
