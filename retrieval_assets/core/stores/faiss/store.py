@@ -1,13 +1,15 @@
 """FAISS dense store: exact (flat) or approximate (HNSW) inner product on L2-normalised vectors.
 
 On disk: ``index.faiss`` (an ``IndexIDMap2`` keyed by ``point_int64(chunk_id)``),
-``payloads.parquet`` (one row per live vector, in the index's internal order: id, chunk_id,
-doc_id and the payload as JSON) and ``manifest.json``. FAISS lives in memory: writes are saved by
-``finalize()`` or ``close()``. Payloads stay JSON text in Arrow buffers, never one Python object
-per row: a hit parses its own payload only when it is shown, and a filter parses them all once
+``payloads.arrow`` (an uncompressed Arrow IPC file, one row per live vector, in the index's
+internal order: id, chunk_id, doc_id and the payload as JSON) and ``manifest.json``. FAISS lives
+in memory: writes are saved by ``finalize()`` or ``close()``. Payloads are not loaded: a saved
+one is read from the file when it is asked for, and all stay JSON text, never one Python object
+per row. A hit parses its own payload only when it is shown, and a filter parses them all once
 per field it names, keeping only that field's values (``PayloadColumns``). With 200,000 chunks,
-the store took 1.5 GB of a serving process while it held every payload as a parsed dict, and
-0.7 GB this way (docs/benchmarks/scale.md).
+the store took 1.5 GB of a serving process while it held every payload as a parsed dict, 1.1 GB
+with their JSON read from Parquet into memory, and 0.6 GB this way (docs/benchmarks/scale.md).
+Versions saved before the IPC file hold ``payloads.parquet`` instead, which is read whole.
 Filters are evaluated over the payloads and handed to FAISS as an ``IDSelector``, so the
 search itself only considers matching vectors. On an HNSW index, a filter that keeps few rows
 (a tenant's share, say) is answered by an exact scan of those rows: a graph walk meets too few
@@ -26,6 +28,7 @@ import json
 import math
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -56,10 +59,12 @@ from retrieval_assets.core.stores.filters import MetadataFilter
 
 IndexType = Literal["flat", "hnsw"]
 INDEX_FILE = "index.faiss"
-PAYLOAD_FILE = "payloads.parquet"
-# Rows per Parquet row group of the payload file. Reading decodes a row group's pages whole:
-# the 241 MB of JSON of 200,000 payloads took a reader 945 MB in one row group, 587 MB in these.
-PAYLOAD_ROW_GROUP_ROWS = 16_384
+PAYLOAD_FILE = "payloads.arrow"
+# Saved before 2026-11-27: Parquet, read into memory whole (200,000 payloads, 254 MB of Arrow
+# data, took a reader 521 MB of memory, which Arrow's allocator kept after they were freed).
+LEGACY_PAYLOAD_FILE = "payloads.parquet"
+# Rows per record batch of the payload file: appending a delta's rows and filtering copy batches.
+PAYLOAD_BATCH_ROWS = 16_384
 # The id of a removed HNSW vector; point ids are non-negative (``point_int64``).
 TOMBSTONE = -2
 # Above this share of tombstones a save rebuilds the HNSW graph from the live vectors: each one
@@ -146,27 +151,94 @@ class PayloadColumns:
         return column
 
 
+class _HeldTexts:
+    """Payload texts in memory: rows written since the store was opened, or read from a legacy file."""
+
+    def __init__(self, array: pa.Array):
+        self._array = array.cast(pa.large_string())
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def text(self, row: int) -> str:
+        return cast(str, self._array[row].as_py())
+
+    def array(self, start: int, stop: int) -> pa.Array:
+        return self._array.slice(start, stop - start)
+
+
+class _SavedTexts:
+    """One record batch's payload texts in the saved file, read with ``os.pread`` when asked for:
+    what is read stays in the kernel's page cache, which it can reclaim, not in this process
+    (a memory-mapped file keeps every page it touches, 64 KiB or more each, in the process's RSS)."""
+
+    def __init__(self, file: _PayloadFile, data_offset: int, offsets: np.ndarray):
+        self._file = file  # shared by the batches of one file; a later save replaces it by rename
+        self._data_offset = data_offset
+        self._offsets = offsets  # rows + 1 byte offsets into the batch's data
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def text(self, row: int) -> str:
+        return self._bytes(row, row + 1).decode()
+
+    def array(self, start: int, stop: int) -> pa.Array:
+        offsets = self._offsets[start : stop + 1] - self._offsets[start]
+        return pa.LargeStringArray.from_buffers(
+            stop - start, pa.py_buffer(offsets), pa.py_buffer(self._bytes(start, stop))
+        )
+
+    def _bytes(self, start: int, stop: int) -> bytes:
+        first, last = int(self._offsets[start]), int(self._offsets[stop])
+        return os.pread(self._file.fd, last - first, self._data_offset + first)
+
+
+class _PayloadFile:
+    """A saved payload file, open for ``os.pread`` until the last part that reads it is gone."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self.fd)
+
+
 class PayloadTexts(Collection[Payload]):
-    """Payloads as JSON text in one Arrow column, parsed a block at a time while iterated."""
+    """Payloads as JSON text, a part per saved record batch (read from the file when asked for)
+    and per write since (in memory); parsed a block at a time while iterated."""
 
     BLOCK_ROWS = 8192
 
-    def __init__(self, texts: pa.ChunkedArray):
-        self.texts = texts
+    def __init__(self, parts: Sequence[_HeldTexts | _SavedTexts] = ()):
+        self._parts = list(parts)
+        self._starts = np.cumsum([0, *(len(part) for part in self._parts)])
 
     def __len__(self) -> int:
-        return len(self.texts)
+        return int(self._starts[-1])
 
     def __iter__(self) -> Iterator[Payload]:
-        for chunk in self.texts.chunks:
-            for start in range(0, len(chunk), self.BLOCK_ROWS):
-                yield from map(parse_payload, chunk.slice(start, self.BLOCK_ROWS).to_pylist())
+        for part in self._parts:
+            for start in range(0, len(part), self.BLOCK_ROWS):
+                yield from map(parse_payload, part.array(start, min(start + self.BLOCK_ROWS, len(part))).to_pylist())
 
     def __contains__(self, payload: object) -> bool:
         return any(payload == own for own in self)
 
     def text(self, row: int) -> str:
-        return cast(str, self.texts[row].as_py())
+        index = int(np.searchsorted(self._starts, row, side="right")) - 1
+        return self._parts[index].text(row - int(self._starts[index]))
+
+    def with_rows(self, added: pa.Array) -> PayloadTexts:
+        """These payloads followed by ``added`` (JSON texts)."""
+        return PayloadTexts([*self._parts, _HeldTexts(added)])
+
+    def kept(self, keep: np.ndarray) -> PayloadTexts:
+        """The rows where ``keep`` is true, in memory."""
+        return PayloadTexts([_HeldTexts(self.column().filter(pa.array(keep)).combine_chunks())])
+
+    def column(self) -> pa.ChunkedArray:
+        """Every row, in memory."""
+        return pa.chunked_array([part.array(0, len(part)) for part in self._parts], pa.large_string())
 
 
 class FaissDenseStore(DenseStore):
@@ -236,8 +308,7 @@ class FaissDenseStore(DenseStore):
             "ef_construction": ef_construction,
             "ef_search": ef_search,
         }
-        no_payloads = PayloadTexts(pa.chunked_array([], pa.large_string()))
-        store = cls(directory, _new_index(manifest), [], [], no_payloads, manifest)
+        store = cls(directory, _new_index(manifest), [], [], PayloadTexts(), manifest)
         store._save()
         return store
 
@@ -247,19 +318,13 @@ class FaissDenseStore(DenseStore):
         directory, manifest = read_manifest(path, cls.backend)
         # read_index returns the concrete class, and this store only writes IndexIDMap2 (``_new_index``).
         index = cast(faiss.IndexIDMap2, faiss.read_index(str(directory / INDEX_FILE)))
-        table = pq.read_table(directory / PAYLOAD_FILE)
-        stored_ids = np.asarray(table.column("id").to_numpy(), dtype=np.int64)
+        stored_ids, chunk_ids, doc_ids, payloads = _open_payloads(directory)
         live_ids = _id_map(index)[_id_map(index) != TOMBSTONE]
         if not np.array_equal(stored_ids, live_ids):
             raise ValueError(f"{directory}: {INDEX_FILE} and {PAYLOAD_FILE} are out of sync")
-        payloads = PayloadTexts(table.column("payload").cast(pa.large_string()))
-        # Saved before doc_id had its own column: read from each payload once.
-        doc_ids = (
-            table.column("doc_id").to_pylist()
-            if "doc_id" in table.column_names
-            else [payload["doc_id"] for payload in payloads]
-        )
-        return cls(directory, index, table.column("chunk_id").to_pylist(), doc_ids, payloads, manifest)
+        if doc_ids is None:  # saved before doc_id had its own column: read from each payload once
+            doc_ids = [payload["doc_id"] for payload in payloads]
+        return cls(directory, index, chunk_ids, doc_ids, payloads, manifest)
 
     @classmethod
     def open_copy(cls, source: str | os.PathLike[str], target: str | os.PathLike[str]) -> FaissDenseStore:
@@ -304,7 +369,7 @@ class FaissDenseStore(DenseStore):
         self._chunk_ids.extend(p["chunk_id"] for p in payloads)
         self._doc_ids.extend(p["doc_id"] for p in payloads)
         added = _payload_json(payloads)
-        self._payloads = PayloadTexts(pa.chunked_array([*self._payloads.texts.chunks, added], pa.large_string()))
+        self._payloads = self._payloads.with_rows(added)
         self._ids = np.concatenate([self._ids, ids])
         self._row_of.update((int(point_id), start + i) for i, point_id in enumerate(ids))
         self._columns = None
@@ -315,8 +380,7 @@ class FaissDenseStore(DenseStore):
         rows = [
             row
             for chunk_id in dict.fromkeys(chunk_ids)
-            if (row := self._row_of.get(point_int64(chunk_id))) is not None
-            and self._chunk_ids[row] == chunk_id
+            if (row := self._row_of.get(point_int64(chunk_id))) is not None and self._chunk_ids[row] == chunk_id
         ]
         if rows:
             self._drop_rows(np.array(rows, dtype=np.int64))
@@ -328,7 +392,7 @@ class FaissDenseStore(DenseStore):
         """The payloads saved at ``path`` (only ``chunk_ids`` when given) as JSON text by chunk
         id, read without loading the index: what a delta build reuses for the chunks it keeps."""
         directory, _ = read_manifest(path, FaissDenseStore.backend)
-        table = pq.read_table(directory / PAYLOAD_FILE, columns=["chunk_id", "payload"])
+        table = _payload_table(directory).select(["chunk_id", "payload"])
         if chunk_ids is not None:
             table = table.filter(pc.is_in(table.column("chunk_id"), pa.array(list(chunk_ids), type=pa.string())))
         return dict(zip(table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), strict=True))
@@ -339,9 +403,7 @@ class FaissDenseStore(DenseStore):
         texts = FaissDenseStore.stored_payload_json(path, chunk_ids)
         return {chunk_id: parse_payload(text) for chunk_id, text in texts.items()}
 
-    def search_dense(
-        self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()
-    ) -> list[StoreHit]:
+    def search_dense(self, vector: np.ndarray, top_k: int, filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         check_top_k(top_k)
         query = as_query_vector(vector, self.dim).reshape(1, -1).copy()
         faiss.normalize_L2(query)
@@ -449,7 +511,7 @@ class FaissDenseStore(DenseStore):
         self._ids = self._ids[keep]
         self._chunk_ids = [chunk_id for chunk_id, kept in zip(self._chunk_ids, keep, strict=True) if kept]
         self._doc_ids = [doc_id for doc_id, kept in zip(self._doc_ids, keep, strict=True) if kept]
-        self._payloads = PayloadTexts(self._payloads.texts.filter(pa.array(keep)))
+        self._payloads = self._payloads.kept(keep)
         self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
 
     def _compact(self) -> None:
@@ -471,16 +533,64 @@ class FaissDenseStore(DenseStore):
                 "id": pa.array(self._ids, type=pa.int64()),
                 "chunk_id": pa.array(self._chunk_ids, type=pa.string()),
                 "doc_id": pa.array(self._doc_ids, type=pa.string()),
-                "payload": self._payloads.texts,
+                "payload": self._payloads.column(),
             }
         )
         payload_tmp = self.directory / (PAYLOAD_FILE + ".tmp")
-        pq.write_table(table, payload_tmp, row_group_size=PAYLOAD_ROW_GROUP_ROWS)
+        with pa.OSFile(str(payload_tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=PAYLOAD_BATCH_ROWS)
         os.replace(index_tmp, self.directory / INDEX_FILE)
         os.replace(payload_tmp, self.directory / PAYLOAD_FILE)
+        (self.directory / LEGACY_PAYLOAD_FILE).unlink(missing_ok=True)
         self._manifest["count"] = len(self._chunk_ids)
         write_manifest(self.directory, self._manifest)
         self._dirty = False
+
+
+def _payload_table(directory: Path) -> pa.Table:
+    """The payload file of ``directory``, memory-mapped (its buffers refer to the mapped file,
+    which a later save replaces by rename, never overwrites), or a legacy Parquet file, read."""
+    path = directory / PAYLOAD_FILE
+    if not path.exists() and (directory / LEGACY_PAYLOAD_FILE).exists():
+        return pq.read_table(directory / LEGACY_PAYLOAD_FILE)
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def _open_payloads(directory: Path) -> tuple[np.ndarray, list[str], list[str] | None, PayloadTexts]:
+    """The saved rows' point ids, chunk ids, doc ids (None in a file saved without them) and
+    payload texts, which stay in the file (``_SavedTexts``) unless it is a legacy one."""
+    path = directory / PAYLOAD_FILE
+    if not path.exists() and (directory / LEGACY_PAYLOAD_FILE).exists():
+        table = pq.read_table(directory / LEGACY_PAYLOAD_FILE)
+        payloads = PayloadTexts([_HeldTexts(chunk) for chunk in table.column("payload").chunks])
+    else:
+        # Mapped only to find the payload buffers' places in the file and copy the id columns;
+        # unmapped on return, so no page it touched stays in the process.
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            file = _PayloadFile(path)
+            source.seek(0)
+            base = source.read_buffer(1).address
+            payloads = PayloadTexts([_saved_texts(file, base, batch.column("payload")) for batch in batches])
+            table = pa.Table.from_batches(
+                [batch.drop_columns(["payload"]) for batch in batches],
+                reader.schema.remove(reader.schema.get_field_index("payload")),
+            )
+    ids = np.array(table.column("id").to_numpy(), dtype=np.int64)
+    doc_ids = table.column("doc_id").to_pylist() if "doc_id" in table.column_names else None
+    return ids, table.column("chunk_id").to_pylist(), doc_ids, payloads
+
+
+def _saved_texts(file: _PayloadFile, base: int, column: pa.Array) -> _SavedTexts:
+    if column.null_count or not pa.types.is_large_string(column.type):
+        raise ValueError(f"{file.path}: the payload column must be large strings without nulls")
+    _, offsets, data = column.buffers()
+    if offsets is None or data is None:  # an empty batch
+        return _SavedTexts(file, 0, np.zeros(1, dtype=np.int64))
+    row_offsets = np.frombuffer(offsets, dtype=np.int64)[column.offset : column.offset + len(column) + 1].copy()
+    return _SavedTexts(file, data.address - base, row_offsets)
 
 
 def _payload_json(payloads: Sequence[Payload]) -> pa.Array:

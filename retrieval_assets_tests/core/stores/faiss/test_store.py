@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.stores.faiss import store as store_module
-from retrieval_assets.core.stores.faiss.store import PAYLOAD_FILE, FaissDenseStore, PayloadColumns, PayloadTexts
+from retrieval_assets.core.stores.faiss.store import (
+    LEGACY_PAYLOAD_FILE,
+    PAYLOAD_FILE,
+    FaissDenseStore,
+    PayloadColumns,
+    PayloadTexts,
+)
 from retrieval_assets.core.stores.filters import (
     MetadataFilter,
     matches_all,
@@ -62,14 +71,42 @@ def test_faiss_payloads_stay_json_until_a_hit_is_shown(tmp_path):
     assert store.search_dense(VECTORS[3], top_k=1)[0].payload == PAYLOADS[3]
 
 
-def test_faiss_payloads_are_saved_in_row_groups(tmp_path, monkeypatch):
-    # A reader decodes a row group whole, so a large store's payloads are not one row group.
-    monkeypatch.setattr(store_module, "PAYLOAD_ROW_GROUP_ROWS", 3)
+def test_faiss_payloads_are_saved_in_record_batches_and_mapped_not_read(tmp_path, monkeypatch):
+    # Mapped, the payloads' pages are loaded when touched; a delta copies whole batches.
+    monkeypatch.setattr(store_module, "PAYLOAD_BATCH_ROWS", 3)
     path = tmp_path / "faiss"
     with FaissDenseStore.create(path, DIM) as store:
         store.upsert_dense(PAYLOADS, VECTORS)
-    assert pq.ParquetFile(path / PAYLOAD_FILE).metadata.num_row_groups == -(-len(PAYLOADS) // 3)
+    with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
+        assert pa.ipc.open_file(source).num_record_batches == -(-len(PAYLOADS) // 3)
+    gc.collect()  # the writer's buffers, freed
+    allocated = pa.total_allocated_bytes()
+    store = FaissDenseStore.open(path)
+    assert pa.total_allocated_bytes() <= allocated  # no payload copied into Arrow's memory
+    assert store.search_dense(VECTORS[2], top_k=1)[0].payload == PAYLOADS[2]
     assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
+
+
+def _saved_as_legacy_parquet(path, *, drop_doc_id: bool) -> None:
+    """Rewrite a store's payload file as versions saved before 2026-11-27 held it."""
+    with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
+        table = pa.ipc.open_file(source).read_all()
+    pq.write_table(table.drop_columns(["doc_id"]) if drop_doc_id else table, path / LEGACY_PAYLOAD_FILE)
+    (path / PAYLOAD_FILE).unlink()
+
+
+def test_faiss_opens_a_legacy_parquet_payload_file_and_saves_the_mapped_one(tmp_path):
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    _saved_as_legacy_parquet(path, drop_doc_id=False)
+    assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
+    store = FaissDenseStore.open(path)
+    assert store.search_dense(VECTORS[2], top_k=1)[0].payload == PAYLOADS[2]
+    store.delete([CHUNK_IDS[0]])
+    store.finalize()
+    assert (path / PAYLOAD_FILE).exists() and not (path / LEGACY_PAYLOAD_FILE).exists()
+    assert FaissDenseStore.open(path).chunk_ids() == set(CHUNK_IDS[1:])
 
 
 def test_faiss_opens_payloads_saved_without_a_doc_id_column(tmp_path):
@@ -77,8 +114,7 @@ def test_faiss_opens_payloads_saved_without_a_doc_id_column(tmp_path):
     path = tmp_path / "faiss"
     with FaissDenseStore.create(path, DIM) as store:
         store.upsert_dense(PAYLOADS, VECTORS)
-    payload_file = path / PAYLOAD_FILE
-    pq.write_table(pq.read_table(payload_file).drop_columns(["doc_id"]), payload_file)
+    _saved_as_legacy_parquet(path, drop_doc_id=True)
     hits = FaissDenseStore.open(path).search_dense(VECTORS[4], top_k=len(PAYLOADS))
     assert {h.chunk_id: h.doc_id for h in hits} == {p["chunk_id"]: p["doc_id"] for p in PAYLOADS}
 

@@ -73,12 +73,15 @@ def test_qdrant_keeps_both_vectors_and_hybrid_fuses(qdrant):
     assert [h.chunk_id for h in narrow] == [CHUNK_IDS[FAR]]
 
 
-def test_qdrant_dense_vectors_stay_on_disk(qdrant):
+def test_qdrant_dense_vectors_and_sparse_index_stay_on_disk(qdrant):
     # A serving process searches this shard for SPLADE only (FAISS answers dense), so its dense
-    # vectors are memory-mapped rather than loaded; they are still searched when asked.
+    # vectors are memory-mapped rather than loaded, and so is the SPLADE index, of which a
+    # search reads its terms' posting lists only; both are still searched when asked.
     config = json.loads((qdrant.directory / SHARD_DIR / "edge_config.json").read_text())
     assert config["vectors"]["dense"]["memory"] == "cold"
+    assert config["sparse_vectors"]["splade"]["memory"] == "cold"
     assert qdrant.search_dense(VECTORS[3], top_k=1)[0].chunk_id == CHUNK_IDS[3]
+    assert qdrant.search_sparse(SPARSE[3], top_k=1)[0].chunk_id == CHUNK_IDS[3]
 
 
 def test_qdrant_delete_removes_both_vectors(qdrant, tmp_path):
