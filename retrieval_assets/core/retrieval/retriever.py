@@ -21,12 +21,15 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
+from retrieval_assets.core.embed.query_cores import encoding_alone
 from retrieval_assets.core.models import RetrievalResult, SearchRequest, StoreHit, Strategy, chunk_document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, query_context_tokens
 from retrieval_assets.core.query.control_tags import parse_control_tags
@@ -53,6 +56,24 @@ logger = logging.getLogger(__name__)
 # A token that may be a document id: explicit "doc:"/"id:" or letters/punctuation mixed with digits.
 _ID_PREFIX = re.compile(r"^(?:doc|id):(?P<id>\S+)$", re.IGNORECASE)
 _ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[^\d]).+$")
+
+
+class _InFlight:
+    """How many searches a retriever and its configured views are running."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def search(self) -> Iterator[None]:
+        with self._lock:
+            self.count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.count -= 1
 
 
 class HybridRetriever:
@@ -102,6 +123,7 @@ class HybridRetriever:
             dense_encoder=dense_encoder,
         )
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._searches)), thread_name_prefix="retrieve")
+        self._in_flight = _InFlight()  # shared with configured views, like the pool
 
     @property
     def available_strategies(self) -> list[Strategy]:
@@ -132,6 +154,10 @@ class HybridRetriever:
         )
 
     def run(self, request: SearchRequest) -> RetrievalResult:
+        with self._in_flight.search():
+            return self._run(request)
+
+    def _run(self, request: SearchRequest) -> RetrievalResult:
         trace = SearchTrace()
         started = time.perf_counter()
         plan, tags = self._plan(request, trace)
@@ -393,7 +419,8 @@ class HybridRetriever:
         self, plan: SearchPlan, query: str, expansion_terms: dict[str, float]
     ) -> dict[str, list[StoreHit]]:
         """Run the strategies in parallel, reusing what this request already ran. The last one runs
-        in the calling thread, which would otherwise only wait: one thread hand-off less per search."""
+        in the calling thread, which would otherwise only wait: one thread hand-off less per search.
+        A lone strategy of the only search in flight may encode its query on every core."""
         pending: list[tuple[Strategy, tuple[Strategy, str], dict[str, Any]]] = []
         per_strategy: dict[str, list[StoreHit]] = {}
         for name in plan.strategies:
@@ -409,7 +436,8 @@ class HybridRetriever:
         ]
         if pending:
             name, _, notes = pending[-1]
-            futures.append(Done(timed(self._searches[name], *args, notes)))
+            with encoding_alone(len(pending) == 1 and self._in_flight.count == 1):
+                futures.append(Done(timed(self._searches[name], *args, notes)))
         timings = plan.trace.timings_ms
         for (name, cache_key, notes), future in zip(pending, futures, strict=True):
             hits, elapsed = future.result()

@@ -25,6 +25,7 @@ from retrieval_assets.core.embed.dense import (
 from retrieval_assets.core.embed.device import onnx_providers, provider_device, resolve_device
 from retrieval_assets.core.embed.onnx_graph import GRAPH_AS_SHIPPED, GRAPH_DEQUANTIZED
 from retrieval_assets.core.embed.packaged import BGE_QUERY_PREFIX, PACKAGED_MODELS, resolve_model_path
+from retrieval_assets.core.embed.query_cores import encoding_alone
 from retrieval_assets.core.embed.sparse import load_sparse_encoder
 from retrieval_assets.core.models import SparseVector
 
@@ -186,6 +187,33 @@ def test_bge_vectors_are_bit_identical_in_any_company(bge: DenseEncoder) -> None
     assert np.array_equal(bge.encode_documents(MIXED[::-1])[::-1], alone)
     queries = [QUERY, *MIXED]
     assert np.array_equal(bge.encode_queries(queries), np.stack([bge.encode_queries([q])[0] for q in queries]))
+
+
+class _RecordingSession:
+    """An ONNX session that notes each run, so a test sees which session encoded."""
+
+    def __init__(self, session: onnxruntime.InferenceSession, runs: list[str], name: str) -> None:
+        self._session, self._runs, self._name = session, runs, name
+
+    def run(self, *args, **kwargs):
+        self._runs.append(self._name)
+        return self._session.run(*args, **kwargs)
+
+
+def test_bge_query_running_alone_takes_the_multi_threaded_session_with_the_same_vector(bge: DenseEncoder) -> None:
+    assert isinstance(bge, OnnxDenseEncoder)
+    runs: list[str] = []
+    own = bge._session, bge._query_session
+    bge._session = _RecordingSession(own[0], runs, "documents")  # type: ignore[assignment]
+    bge._query_session = _RecordingSession(own[1], runs, "queries")  # type: ignore[assignment]
+    try:
+        beside_others = bge.encode_queries([QUERY])
+        with encoding_alone(True):
+            alone = bge.encode_queries([QUERY])
+    finally:
+        bge._session, bge._query_session = own
+    assert runs == ["queries", "documents"]
+    assert np.array_equal(alone, beside_others)
 
 
 def test_bge_int8_runs_as_shipped_one_text_per_run(bge: DenseEncoder) -> None:

@@ -13,7 +13,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from retrieval_assets.core.embed.base import DenseEncoder
 from retrieval_assets.core.embed.configured import dense_encoder_for, sparse_encoder_for
+from retrieval_assets.core.embed.query_cores import query_encoding_alone
 from retrieval_assets.core.index.build import build_lexical_index
 from retrieval_assets.core.index.layout import IndexLayout, read_build_manifest
 from retrieval_assets.core.ingest.catalog import CatalogSource
@@ -398,6 +400,40 @@ def test_year_phrase_on_a_corpus_without_years_stays_text(retriever: HybridRetri
     result = retriever.search("alignment tools published in 2019", top_k=3)
     assert result.hits and "nl_filters_ignored" in result.diagnostics
     assert result.diagnostics["query"] == "alignment tools published in 2019"
+
+
+class _NotingDenseEncoder(DenseEncoder):
+    """The real query encoder, noting for each call whether it was told it runs alone."""
+
+    def __init__(self, inner: DenseEncoder) -> None:
+        self.inner, self.model_name, self.dim = inner, inner.model_name, inner.dim
+        self.alone: list[bool] = []
+
+    def encode_documents(self, texts, progress=None):
+        return self.inner.encode_documents(texts, progress)
+
+    def encode_queries(self, texts):
+        self.alone.append(query_encoding_alone())
+        return self.inner.encode_queries(texts)
+
+
+def test_a_lone_dense_search_encodes_its_query_alone(tool_layout, encoders) -> None:
+    """Only a search running one strategy, with no other search in flight, may take every core."""
+    dense_encoder, sparse_encoder = encoders
+    noting = _NotingDenseEncoder(dense_encoder)
+    retriever = open_retriever(
+        tool_layout, dense_encoder=noting, sparse_encoder=sparse_encoder,
+        settings=RetrievalSettings(collapse_chunks=False),
+    )
+    try:
+        alone = retriever.search("align reads", top_k=3, strategies=["dense"])
+        retriever.search("align reads", top_k=3, strategies=["bm25", "dense"])
+        with retriever._in_flight.search():  # another caller's search, still running
+            retriever.search("align reads", top_k=3, strategies=["dense"])
+    finally:
+        retriever.close()
+    assert noting.alone == [True, False, False]
+    assert alone.hits
 
 
 def test_splade_query_is_cut_to_the_store_term_limit_and_reported(tool_layout, encoders) -> None:
