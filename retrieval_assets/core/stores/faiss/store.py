@@ -191,7 +191,7 @@ class _SavedTexts:
 
     def _bytes(self, start: int, stop: int) -> bytes:
         first, last = int(self._offsets[start]), int(self._offsets[stop])
-        return os.pread(self._file.fd, last - first, self._data_offset + first)
+        return os.pread(self._file.fd, last - first, self._data_offset + first) if last > first else b""
 
 
 class _PayloadFile:
@@ -230,11 +230,12 @@ class PayloadTexts(Collection[Payload]):
 
     def with_rows(self, added: pa.Array) -> PayloadTexts:
         """These payloads followed by ``added`` (JSON texts)."""
-        return PayloadTexts([*self._parts, _HeldTexts(added)])
+        return PayloadTexts([*self._parts, *([_HeldTexts(added)] if len(added) else [])])
 
     def kept(self, keep: np.ndarray) -> PayloadTexts:
         """The rows where ``keep`` is true, in memory."""
-        return PayloadTexts([_HeldTexts(self.column().filter(pa.array(keep)).combine_chunks())])
+        kept = self.column().filter(pa.array(keep)).combine_chunks()
+        return PayloadTexts([_HeldTexts(kept)] if len(kept) else [])
 
     def column(self) -> pa.ChunkedArray:
         """Every row, in memory."""
@@ -255,8 +256,8 @@ class FaissDenseStore(DenseStore):
         self,
         directory: Path,
         index: faiss.IndexIDMap2,
-        chunk_ids: list[str],
-        doc_ids: list[str],
+        chunk_ids: pa.Array,
+        doc_ids: pa.Array,
         payloads: PayloadTexts,
         manifest: dict[str, Any],
     ):
@@ -267,15 +268,15 @@ class FaissDenseStore(DenseStore):
         self.index_type: IndexType = manifest["index_type"]
         self.ef_search: int = manifest["ef_search"]
         self._index = index
-        # One entry per live row, in the index's order.
-        self._chunk_ids = chunk_ids
-        self._doc_ids = doc_ids
+        # One entry per live row, in the index's order: Arrow strings, not a Python object per row.
+        self._chunk_ids = _appended(pa.chunked_array([], pa.string()), chunk_ids)
+        self._doc_ids = _appended(pa.chunked_array([], pa.string()), doc_ids)
         self._payloads = payloads
         # Each live row's position in the index (rows of a flat index are its positions; an
         # HNSW index also holds tombstones between them), and the point id of each.
         self._positions = np.flatnonzero(_id_map(index) != TOMBSTONE).astype(np.int64)
         self._ids = _id_map(index)[self._positions].copy()
-        self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
+        self._id_lookup: tuple[np.ndarray, np.ndarray] | None = None  # see ``_rows_of``
         self._columns: PayloadColumns | None = None
         self._dirty = False
 
@@ -308,7 +309,8 @@ class FaissDenseStore(DenseStore):
             "ef_construction": ef_construction,
             "ef_search": ef_search,
         }
-        store = cls(directory, _new_index(manifest), [], [], PayloadTexts(), manifest)
+        no_ids = pa.array([], pa.string())
+        store = cls(directory, _new_index(manifest), no_ids, no_ids, PayloadTexts(), manifest)
         store._save()
         return store
 
@@ -323,7 +325,7 @@ class FaissDenseStore(DenseStore):
         if not np.array_equal(stored_ids, live_ids):
             raise ValueError(f"{directory}: {INDEX_FILE} and {PAYLOAD_FILE} are out of sync")
         if doc_ids is None:  # saved before doc_id had its own column: read from each payload once
-            doc_ids = [payload["doc_id"] for payload in payloads]
+            doc_ids = pa.array([payload["doc_id"] for payload in payloads], pa.string())
         return cls(directory, index, chunk_ids, doc_ids, payloads, manifest)
 
     @classmethod
@@ -344,7 +346,7 @@ class FaissDenseStore(DenseStore):
         return int(self._index.ntotal) - len(self._chunk_ids)
 
     def chunk_ids(self) -> set[str]:
-        return set(self._chunk_ids)
+        return set(self._chunk_ids.to_pylist())
 
     def upsert_dense(self, payloads: Sequence[Payload], vectors: np.ndarray) -> None:
         """Add points; a chunk_id already present is replaced. Saved by ``finalize``."""
@@ -352,35 +354,32 @@ class FaissDenseStore(DenseStore):
         matrix = as_vector_matrix(vectors, self.dim, len(payloads)).copy()  # normalised in place
         faiss.normalize_L2(matrix)
         ids = np.array([point_int64(p["chunk_id"]) for p in payloads], dtype=np.int64)
-        replaced = []
-        for payload, point_id in zip(payloads, ids, strict=True):
-            row = self._row_of.get(int(point_id))
-            if row is None:
-                continue
-            existing = self._chunk_ids[row]
-            if existing != payload["chunk_id"]:
+        rows = self._rows_of(ids)
+        replaced = rows[rows >= 0]
+        for payload, row in zip(payloads, rows, strict=True):
+            if row >= 0 and (existing := self._chunk_ids[int(row)].as_py()) != payload["chunk_id"]:
                 raise ValueError(f"int64 id collision between {payload['chunk_id']!r} and {existing!r}")
-            replaced.append(row)
-        if replaced:
-            self._drop_rows(np.array(replaced, dtype=np.int64))
-        start, first_position = len(self._chunk_ids), int(self._index.ntotal)
+        if replaced.size:
+            self._drop_rows(replaced)
+        first_position = int(self._index.ntotal)
         self._index.add_with_ids(matrix, ids)
         self._positions = np.concatenate([self._positions, np.arange(first_position, self._index.ntotal)])
-        self._chunk_ids.extend(p["chunk_id"] for p in payloads)
-        self._doc_ids.extend(p["doc_id"] for p in payloads)
-        added = _payload_json(payloads)
-        self._payloads = self._payloads.with_rows(added)
+        self._chunk_ids = _appended(self._chunk_ids, pa.array([p["chunk_id"] for p in payloads], pa.string()))
+        self._doc_ids = _appended(self._doc_ids, pa.array([p["doc_id"] for p in payloads], pa.string()))
+        self._payloads = self._payloads.with_rows(_payload_json(payloads))
         self._ids = np.concatenate([self._ids, ids])
-        self._row_of.update((int(point_id), start + i) for i, point_id in enumerate(ids))
+        self._id_lookup = None
         self._columns = None
         self._dirty = True
 
     def delete(self, chunk_ids: Iterable[str]) -> None:
         """Remove these chunks (unknown ids are ignored). Saved by ``finalize``."""
+        wanted = list(dict.fromkeys(chunk_ids))
+        found = self._rows_of(np.array([point_int64(chunk_id) for chunk_id in wanted], dtype=np.int64))
         rows = [
-            row
-            for chunk_id in dict.fromkeys(chunk_ids)
-            if (row := self._row_of.get(point_int64(chunk_id))) is not None and self._chunk_ids[row] == chunk_id
+            int(row)
+            for chunk_id, row in zip(wanted, found, strict=True)
+            if row >= 0 and self._chunk_ids[int(row)].as_py() == chunk_id
         ]
         if rows:
             self._drop_rows(np.array(rows, dtype=np.int64))
@@ -435,11 +434,9 @@ class FaissDenseStore(DenseStore):
         faiss.omp_set_num_threads(1)
         scores, ids = self._index.search(query, min(top_k, len(self._chunk_ids)), params=params)
         # FAISS pads with id -1 when fewer than top_k vectors pass the selector.
-        return [
-            self._hit(self._row_of[int(point_id)], float(score))
-            for score, point_id in zip(scores[0], ids[0], strict=True)
-            if point_id != -1
-        ]
+        found = ids[0] != -1
+        rows = self._rows_of(ids[0][found])
+        return [self._hit(int(row), float(score)) for row, score in zip(rows, scores[0][found], strict=True)]
 
     def _search_hnsw_rows(self, query: np.ndarray, rows: np.ndarray, top_k: int) -> list[StoreHit]:
         """The ``top_k`` nearest of ``rows`` in an HNSW index: an exact scan of them when they
@@ -489,8 +486,23 @@ class FaissDenseStore(DenseStore):
         # one, so the row still names this payload then.
         payloads = self._payloads
         return StoreHit(
-            self._chunk_ids[row], score, doc_id=self._doc_ids[row], load=lambda: parse_payload(payloads.text(row))
+            self._chunk_ids[row].as_py(),
+            score,
+            doc_id=self._doc_ids[row].as_py(),
+            load=lambda: parse_payload(payloads.text(row)),
         )
+
+    def _rows_of(self, point_ids: np.ndarray) -> np.ndarray:
+        """The row of each point id, -1 where there is none: a binary search of the ids sorted
+        once per write (a dict of them took 30 MB for 200,000 rows)."""
+        if self._id_lookup is None:
+            order = np.argsort(self._ids, kind="stable")
+            self._id_lookup = (self._ids[order], order)
+        sorted_ids, order = self._id_lookup
+        if not sorted_ids.size:
+            return np.full(len(point_ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(sorted_ids, point_ids), sorted_ids.size - 1)
+        return np.where(sorted_ids[at] == point_ids, order[at], -1)
 
     def _payload_columns(self) -> PayloadColumns:
         if self._columns is None:
@@ -509,10 +521,11 @@ class FaissDenseStore(DenseStore):
             _id_map(self._index)[self._positions[rows]] = TOMBSTONE
             self._positions = self._positions[keep]
         self._ids = self._ids[keep]
-        self._chunk_ids = [chunk_id for chunk_id, kept in zip(self._chunk_ids, keep, strict=True) if kept]
-        self._doc_ids = [doc_id for doc_id, kept in zip(self._doc_ids, keep, strict=True) if kept]
+        kept = pa.array(keep)
+        self._chunk_ids = self._chunk_ids.filter(kept)
+        self._doc_ids = self._doc_ids.filter(kept)
         self._payloads = self._payloads.kept(keep)
-        self._row_of = {int(point_id): row for row, point_id in enumerate(self._ids)}
+        self._id_lookup = None
 
     def _compact(self) -> None:
         """Rebuild the HNSW graph from the live vectors, dropping every tombstone."""
@@ -531,8 +544,8 @@ class FaissDenseStore(DenseStore):
         table = pa.table(
             {
                 "id": pa.array(self._ids, type=pa.int64()),
-                "chunk_id": pa.array(self._chunk_ids, type=pa.string()),
-                "doc_id": pa.array(self._doc_ids, type=pa.string()),
+                "chunk_id": self._chunk_ids,
+                "doc_id": self._doc_ids,
                 "payload": self._payloads.column(),
             }
         )
@@ -557,7 +570,7 @@ def _payload_table(directory: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _open_payloads(directory: Path) -> tuple[np.ndarray, list[str], list[str] | None, PayloadTexts]:
+def _open_payloads(directory: Path) -> tuple[np.ndarray, pa.Array, pa.Array | None, PayloadTexts]:
     """The saved rows' point ids, chunk ids, doc ids (None in a file saved without them) and
     payload texts, which stay in the file (``_SavedTexts``) unless it is a legacy one."""
     path = directory / PAYLOAD_FILE
@@ -579,15 +592,26 @@ def _open_payloads(directory: Path) -> tuple[np.ndarray, list[str], list[str] | 
                 reader.schema.remove(reader.schema.get_field_index("payload")),
             )
     ids = np.array(table.column("id").to_numpy(), dtype=np.int64)
-    doc_ids = table.column("doc_id").to_pylist() if "doc_id" in table.column_names else None
-    return ids, table.column("chunk_id").to_pylist(), doc_ids, payloads
+    # Copied out of the mapped file into one array each, so the mapping can go.
+    doc_ids = _copied(table.column("doc_id")) if "doc_id" in table.column_names else None
+    return ids, _copied(table.column("chunk_id")), doc_ids, payloads
+
+
+def _copied(column: pa.ChunkedArray) -> pa.Array:
+    # Empty chunks left out: an empty batch's offsets may be empty, which concatenating refuses.
+    return pa.concat_arrays([pa.array([], column.type), *(chunk for chunk in column.chunks if len(chunk))])
+
+
+def _appended(column: pa.ChunkedArray, values: pa.Array) -> pa.ChunkedArray:
+    # No empty chunks: a saved file would hold an empty record batch for each.
+    return pa.chunked_array([*column.chunks, *([values] if len(values) else [])], pa.string())
 
 
 def _saved_texts(file: _PayloadFile, base: int, column: pa.Array) -> _SavedTexts:
     if column.null_count or not pa.types.is_large_string(column.type):
         raise ValueError(f"{file.path}: the payload column must be large strings without nulls")
     _, offsets, data = column.buffers()
-    if offsets is None or data is None:  # an empty batch
+    if not len(column) or offsets is None or data is None:  # an empty batch's buffers may lie outside the file
         return _SavedTexts(file, 0, np.zeros(1, dtype=np.int64))
     row_offsets = np.frombuffer(offsets, dtype=np.int64)[column.offset : column.offset + len(column) + 1].copy()
     return _SavedTexts(file, data.address - base, row_offsets)

@@ -87,6 +87,24 @@ def test_faiss_payloads_are_saved_in_record_batches_and_mapped_not_read(tmp_path
     assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
 
 
+def test_faiss_reads_a_payload_file_holding_an_empty_record_batch(tmp_path):
+    # An empty batch's buffers need not lie in the file: nothing is read for it.
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
+        table = pa.ipc.open_file(source).read_all()
+    rewritten = tmp_path / "rewritten.arrow"  # not over the mapped file the table still reads
+    with pa.OSFile(str(rewritten), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
+        writer.write_table(table)
+    rewritten.replace(path / PAYLOAD_FILE)
+    store = FaissDenseStore.open(path)
+    assert list(store._payloads) == PAYLOADS
+    far_only = parse_filters(FAR_ONLY_FILTERS[0])
+    assert [h.chunk_id for h in store.search_dense(VECTORS[FAR], top_k=1, filters=far_only)] == [CHUNK_IDS[FAR]]
+
+
 def _saved_as_legacy_parquet(path, *, drop_doc_id: bool) -> None:
     """Rewrite a store's payload file as versions saved before 2026-11-27 held it."""
     with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
