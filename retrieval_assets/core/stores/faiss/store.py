@@ -170,7 +170,8 @@ class _HeldTexts:
 class _SavedTexts:
     """One record batch's payload texts in the saved file, read with ``os.pread`` when asked for:
     what is read stays in the kernel's page cache, which it can reclaim, not in this process
-    (a memory-mapped file keeps every page it touches, 64 KiB or more each, in the process's RSS)."""
+    (a memory-mapped file keeps the pages it touches in the process's RSS, and a fault maps more
+    than the page read)."""
 
     def __init__(self, file: _PayloadFile, data_offset: int, offsets: np.ndarray):
         self._file = file  # shared by the batches of one file; a later save replaces it by rename
@@ -563,19 +564,27 @@ class FaissDenseStore(DenseStore):
 def _payload_table(directory: Path) -> pa.Table:
     """The payload file of ``directory``, memory-mapped (its buffers refer to the mapped file,
     which a later save replaces by rename, never overwrites), or a legacy Parquet file, read."""
-    path = directory / PAYLOAD_FILE
-    if not path.exists() and (directory / LEGACY_PAYLOAD_FILE).exists():
-        return pq.read_table(directory / LEGACY_PAYLOAD_FILE)
-    with pa.memory_map(str(path)) as source:
+    legacy = _legacy_payload_table(directory)
+    if legacy is not None:
+        return legacy
+    with pa.memory_map(str(directory / PAYLOAD_FILE)) as source:
         return pa.ipc.open_file(source).read_all()
+
+
+def _legacy_payload_table(directory: Path) -> pa.Table | None:
+    """The Parquet payload file of a version saved before the IPC file, read whole; None otherwise."""
+    if (directory / PAYLOAD_FILE).exists() or not (directory / LEGACY_PAYLOAD_FILE).exists():
+        return None
+    return pq.read_table(directory / LEGACY_PAYLOAD_FILE)
 
 
 def _open_payloads(directory: Path) -> tuple[np.ndarray, pa.Array, pa.Array | None, PayloadTexts]:
     """The saved rows' point ids, chunk ids, doc ids (None in a file saved without them) and
     payload texts, which stay in the file (``_SavedTexts``) unless it is a legacy one."""
     path = directory / PAYLOAD_FILE
-    if not path.exists() and (directory / LEGACY_PAYLOAD_FILE).exists():
-        table = pq.read_table(directory / LEGACY_PAYLOAD_FILE)
+    legacy = _legacy_payload_table(directory)
+    if legacy is not None:
+        table = legacy
         payloads = PayloadTexts([_HeldTexts(chunk) for chunk in table.column("payload").chunks])
     else:
         # Mapped only to find the payload buffers' places in the file and copy the id columns;
