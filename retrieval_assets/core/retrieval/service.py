@@ -137,7 +137,6 @@ def open_retriever(
         raise _wrong_store(Strategy.SPLADE, sparse)
     if lexical is None:
         lexical = TantivyLexicalStore.open(layout.lexical)
-        lexical.prepare_for_queries()
     batching = settings.query_batching
     return HybridRetriever(
         dense_encoder=batching_dense_encoder(

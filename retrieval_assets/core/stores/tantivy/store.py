@@ -12,6 +12,13 @@ raw-tokenised (exact match, multi-valued for string lists); integer/float fields
 fast numeric fields and bool fields indexed booleans, for term and range filters; the whole
 payload is stored as JSON.
 
+A hit's ids are read without its stored document: each document has a row number in the fast
+field ``id_row``, and each tenant's index keeps the chunk and doc id of every row it was given in
+``ids.arrow`` beside its segments (rows of deleted documents stay there until a rebuild). Reading
+the stored document cost 10-17 us a hit on a million chunks (a BM25 search reads 100), and
+holding every document's ids as Python objects, read from every stored document when the index
+opened, took a serving process 1,038 MB there.
+
 User text never reaches tantivy's query parser: it runs through the same analyzer as the
 index and becomes a disjunction of term queries, so query syntax (``C++ (foo) AND "bar``,
 ``title:x``) is just text. Filters are extra ``Must`` clauses scored zero, applied while
@@ -53,7 +60,6 @@ import math
 import os
 import re
 import shutil
-import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,8 +69,10 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any, cast, get_args
 
+import pyarrow as pa
 import tantivy
 
+from retrieval_assets.core.io.files import write_atomically
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
     KEYWORD_PAYLOAD_FIELDS,
@@ -91,8 +99,11 @@ logger = logging.getLogger(__name__)
 
 # 1: separate title/text fields with tantivy's en_stem, no stop words; 2: metadata fields under
 # their own names (dotted names impossible); 3: metadata fields under sanitised schema names;
-# 4: one index per tenant, so BM25 statistics are the tenant's own.
-FORMAT_VERSION = 4
+# 4: one index per tenant, so BM25 statistics are the tenant's own; 5: row numbers in ``id_row``
+# and each index's ids in ``ids.arrow``.
+FORMAT_VERSION = 5
+# Still read: an index per tenant without row numbers (a hit's ids come from its stored document).
+UNNUMBERED_FORMAT_VERSION = 4
 # Still read: one index for every tenant, BM25 statistics shared (see the module notes).
 SHARED_INDEX_FORMAT_VERSION = 3
 INDEX_DIR = "index"
@@ -104,15 +115,15 @@ MAX_OPEN_WRITERS = 8
 MIN_WRITER_HEAP_BYTES = 15_000_000
 PAYLOAD_FIELD = "payload_json"
 CONTENT_FIELD = "content"
+ROW_FIELD = "id_row"
+IDS_FILE = "ids.arrow"
+_IDS_SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string())])
 # The name schemas refer to, whatever the stemmer (an index records its stemmer in the manifest).
 TEXT_TOKENIZER = "en_stem_stop"
 _NUMERIC_FIELD_TYPES = {"integer": tantivy.FieldType.Integer, "float": tantivy.FieldType.Float}
 
-# (segment, doc) address -> (chunk_id, doc_id), for the reader state (num_docs, num_segments) it was read in.
-_Keys = dict[tuple[int, int], tuple[str, str]]
-_HitKeys = tuple[tuple[int, int], _Keys]
-# A hit of one index: its searcher, that searcher's id map, score and address.
-_Ranked = tuple[tantivy.Searcher, _Keys, float, tantivy.DocAddress]
+# A hit of one index: that index, its searcher, score and address.
+_Ranked = tuple["_Part", tantivy.Searcher, float, tantivy.DocAddress]
 
 
 def _text_analyzer(stemmer: Stemmer) -> tantivy.TextAnalyzer:
@@ -133,18 +144,42 @@ def _text_analyzer(stemmer: Stemmer) -> tantivy.TextAnalyzer:
 @dataclass(eq=False)
 class _Part:
     """One tantivy index of the store (a tenant's; in format 3 every tenant's), with its writer
-    and the id map of its reader."""
+    and, from format 5 on, the ids of its row numbers."""
 
     path: Path
     index: tantivy.Index
+    # Row number -> (chunk_id, doc_id) as saved in ``ids.arrow``; None: an index without row numbers.
+    ids: pa.Table | None = None
     writer: tantivy.IndexWriter | None = None
     # Written since the last ``finalize`` (its reader is reloaded then).
     dirty: bool = False
     # Chunk ids added since the last ``finalize``, committed early or not: what a delete must
     # reach besides what the reader shows.
     pending: set[str] = dataclasses.field(default_factory=set)
-    keys: _HitKeys | None = None
-    keys_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # (chunk_id, doc_id) of the rows numbered since the last ``finalize``, after those of ``ids``.
+    added: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def next_row(self, chunk_id: str, doc_id: str) -> int:
+        """Number a new document's row, remembering its ids for ``ids.arrow``."""
+        row = (0 if self.ids is None else self.ids.num_rows) + len(self.added)
+        self.added.append((chunk_id, doc_id))
+        return row
+
+    def save_ids(self) -> None:
+        """Write every row's ids, the added ones included, to a new ``ids.arrow`` (never in place:
+        a delta's index may share the file with its base by a hard link)."""
+        added = pa.table(
+            {"chunk_id": [ids[0] for ids in self.added], "doc_id": [ids[1] for ids in self.added]}, schema=_IDS_SCHEMA
+        )
+        table = added if self.ids is None else pa.concat_tables([self.ids, added])
+        table = table.combine_chunks()
+
+        def write(tmp: Path) -> None:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _IDS_SCHEMA) as writer:
+                writer.write_table(table)
+
+        write_atomically(self.path / IDS_FILE, write)
+        self.ids, self.added = table, []
 
 
 class TantivyLexicalStore(LexicalStore):
@@ -165,7 +200,9 @@ class TantivyLexicalStore(LexicalStore):
         self._writer_heap_bytes: int = manifest["writer_heap_bytes"]
         # Format 3: one index for all tenants, their BM25 statistics shared.
         self.shared_statistics = manifest["format_version"] == SHARED_INDEX_FORMAT_VERSION
-        # Tenant -> its index's directory under INDEX_DIR (format 4).
+        # Format 5: documents carry row numbers (formats 3 and 4 are read from stored documents).
+        self._numbered = manifest["format_version"] == FORMAT_VERSION
+        # Tenant -> its index's directory under INDEX_DIR (formats 4 and 5).
         self._dirs: dict[str, str] = dict(manifest.get("tenant_dirs", {}))
         # Tenant (None: the one shared index of format 3) -> its index, in tenant order, replaced
         # whole when a tenant is added so that a search iterating it never sees it change.
@@ -176,8 +213,7 @@ class TantivyLexicalStore(LexicalStore):
             self._parts = {None: _Part(directory / INDEX_DIR, shared)}
         else:
             self._parts = {
-                tenant: _Part(directory / INDEX_DIR / name, self._open_index(directory / INDEX_DIR / name))
-                for tenant, name in sorted(self._dirs.items())
+                tenant: self._open_part(directory / INDEX_DIR / name) for tenant, name in sorted(self._dirs.items())
             }
             # Queries name fields by their number in the schema: every tenant's index has the
             # schema of the first one made (the manifest's field order is not the one it was built in).
@@ -251,11 +287,11 @@ class TantivyLexicalStore(LexicalStore):
         shared by the tenants as when it was built."""
         directory, manifest = read_manifest(path, cls.backend)
         version = manifest.get("format_version")
-        if version not in (FORMAT_VERSION, SHARED_INDEX_FORMAT_VERSION):
+        if version not in (FORMAT_VERSION, UNNUMBERED_FORMAT_VERSION, SHARED_INDEX_FORMAT_VERSION):
             raise ValueError(
-                f"tantivy index {directory} has format {version}, this code reads {FORMAT_VERSION} (an "
-                f"index per tenant) and {SHARED_INDEX_FORMAT_VERSION} (one index for all tenants); rebuild "
-                "the lexical index"
+                f"tantivy index {directory} has format {version}, this code reads {FORMAT_VERSION} and "
+                f"{UNNUMBERED_FORMAT_VERSION} (an index per tenant) and {SHARED_INDEX_FORMAT_VERSION} (one index "
+                "for all tenants); rebuild the lexical index"
             )
         if version == SHARED_INDEX_FORMAT_VERSION:
             logger.warning(
@@ -331,7 +367,8 @@ class TantivyLexicalStore(LexicalStore):
             part = self._parts[key]
             writer = self._writer(key, part)
             for payload, text in batch:
-                writer.add_document(self._document(payload, text))
+                row = None if part.ids is None else part.next_row(payload["chunk_id"], payload["doc_id"])
+                writer.add_document(self._document(payload, text, row))
             part.pending.update(payload["chunk_id"] for payload, _ in batch)
 
     def delete(self, chunk_ids: Iterable[str]) -> None:
@@ -350,11 +387,12 @@ class TantivyLexicalStore(LexicalStore):
             return
         for key in list(self._closing):
             self._closing.pop(key).result()
+        # Ids before the commit: a document the reader shows always has its row's ids saved.
+        self._in_parallel([part.save_ids for part in written if part.ids is not None])
         # Each commit writes and syncs its own files: 4 took a quarter of the time in parallel.
         self._in_parallel([part.writer.commit for part in written if part.writer is not None])
         for part in written:
             part.index.reload()
-            part.keys = None
             part.pending.clear()
             part.dirty = False
         self._manifest["count"] = self.count()
@@ -401,38 +439,13 @@ class TantivyLexicalStore(LexicalStore):
         return {**keywords, **{name: kind for name, kind in self.field_types.items() if name in held}}
 
     def chunk_ids(self) -> set[str]:
-        return {
-            chunk_id
-            for part in self._parts.values()
-            for chunk_id, _ in self._hit_keys(part, part.index.searcher()).values()
-        }
-
-    def prepare_for_queries(self) -> None:
-        """Read the id maps of ``_hit_keys`` now rather than in the first queries (1.2 s and
-        32 MiB for the 103,904 ACL chunks)."""
+        found: set[str] = set()
         for part in self._parts.values():
-            self._hit_keys(part, part.index.searcher())
-
-    def _hit_keys(self, part: _Part, searcher: tantivy.Searcher) -> _Keys:
-        """(segment, doc) address -> (chunk_id, doc_id) of every chunk the reader of ``part``
-        holds, read once per reader state. A search reads ids from here rather than loading each
-        hit's stored document (about 4 us each, most of a BM25 search's CPU): a few tens of
-        bytes per chunk."""
-        state = (searcher.num_docs, searcher.num_segments)
-        cached = part.keys
-        if cached is not None and cached[0] == state:
-            return cached[1]
-        with part.keys_lock:
-            if part.keys is None or part.keys[0] != state:
-                keys: _Keys = {}
-                if searcher.num_docs:
-                    for _, address in searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs).hits:
-                        doc = searcher.doc(address)
-                        # Every document is written with both ids as text (see ``_document``).
-                        ids = cast(str, doc.get_first("chunk_id")), cast(str, doc.get_first("doc_id"))
-                        keys[(address.segment_ord, address.doc)] = ids
-                part.keys = (state, keys)
-            return part.keys[1]
+            searcher = part.index.searcher()
+            if searcher.num_docs:
+                hits = searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs).hits
+                found.update(chunk_id for chunk_id, _ in _ids_at(part, searcher, [address for _, address in hits]))
+        return found
 
     def search_text(
         self,
@@ -471,12 +484,12 @@ class TantivyLexicalStore(LexicalStore):
                 tag_query = tantivy.Query.term_query(self._schema, self._schema_names[TAGS_FIELD], tag)
                 clauses.append((tantivy.Occur.Should, tantivy.Query.const_score_query(tag_query, TAG_SCORE)))
         search = self._with_filters(clauses, filters)
-        hits = []
-        for searcher, keys, score, address in self._top_k(search, top_k, self._searched(filters)):
-            chunk_id, doc_id = keys[(address.segment_ord, address.doc)]
-            # The stored document is read only if the hit is shown: most candidates are fused and dropped.
-            hits.append(StoreHit(chunk_id, score, doc_id=doc_id, load=partial(_payload_at, searcher, address)))
-        return hits
+        ranked = self._top_k(search, top_k, self._searched(filters))
+        # The stored document is read only if the hit is shown: most candidates are fused and dropped.
+        return [
+            StoreHit(chunk_id, score, doc_id=doc_id, load=partial(_payload_at, searcher, address))
+            for (_, searcher, score, address), (chunk_id, doc_id) in zip(ranked, _hit_ids(ranked), strict=True)
+        ]
 
     def fetch_documents(self, doc_ids: Sequence[str], filters: Sequence[MetadataFilter] = ()) -> list[StoreHit]:
         """The stored payload of each given document's first chunk (lowest ordinal of the
@@ -521,19 +534,19 @@ class TantivyLexicalStore(LexicalStore):
 
     def _top_k(self, query: tantivy.Query, top_k: int, parts: list[_Part]) -> list[_Ranked]:
         """The best ``top_k`` hits of ``query`` over ``parts``, best first (ties: part order), each
-        with its searcher and that searcher's id map."""
+        with its index and searcher."""
         found = []
         for part in parts:
             searcher = part.index.searcher()
             # count=False lets tantivy skip blocks that cannot reach the top k (20% faster on SciFact).
             hits = searcher.search(query, limit=top_k, count=False).hits
             if hits:
-                found.append((searcher, self._hit_keys(part, searcher), hits))
+                found.append((part, searcher, hits))
         if len(found) == 1:
-            searcher, keys, hits = found[0]
-            return [(searcher, keys, score, address) for score, address in hits]
+            part, searcher, hits = found[0]
+            return [(part, searcher, score, address) for score, address in hits]
         # Merged lazily: of up to len(parts) x top_k hits, only the top k are taken.
-        ranked = [_ranked(searcher, keys, hits) for searcher, keys, hits in found]
+        ranked = [_ranked(part, searcher, hits) for part, searcher, hits in found]
         return list(islice(heapq.merge(*ranked, key=_best_first), top_k))
 
     def _term_weights(self, query: str, expansion_terms: Mapping[str, float]) -> dict[str, float]:
@@ -607,8 +620,10 @@ class TantivyLexicalStore(LexicalStore):
             upper_bound=upper,
         )
 
-    def _document(self, payload: Payload, encoded: str | None = None) -> tantivy.Document:
+    def _document(self, payload: Payload, encoded: str | None = None, row: int | None = None) -> tantivy.Document:
         doc = tantivy.Document()
+        if row is not None:
+            doc.add_unsigned(ROW_FIELD, row)
         title, text = str(payload["title"]), str(payload["text"])
         doc.add_text(CONTENT_FIELD, f"{title}\n{text}")
         if self.title_boost > 0:  # only a title clause reads the title field
@@ -628,6 +643,15 @@ class TantivyLexicalStore(LexicalStore):
                     doc.add_boolean(name, value)
         doc.add_bytes(PAYLOAD_FIELD, (encoded or json.dumps(payload, ensure_ascii=False)).encode("utf-8"))
         return doc
+
+    def _open_part(self, path: Path) -> _Part:
+        if not self._numbered:
+            return _Part(path, self._open_index(path))
+        if not (path / IDS_FILE).is_file():
+            raise FileNotFoundError(f"tantivy index {path} has no {IDS_FILE}: rebuild the lexical index")
+        # Read whole: about 70 bytes a row, against 10-17 us a hit to read a stored document.
+        with pa.OSFile(str(path / IDS_FILE)) as source:
+            return _Part(path, self._open_index(path), ids=pa.ipc.open_file(source).read_all())
 
     def _open_index(self, path: Path) -> tantivy.Index:
         index = tantivy.Index.open(str(path))
@@ -657,7 +681,8 @@ class TantivyLexicalStore(LexicalStore):
         for tenant, path in paths.items():
             indexes[tenant].register_tokenizer(TEXT_TOKENIZER, _text_analyzer(self.stemmer))
             self._dirs[tenant] = path.name
-        added = {tenant: _Part(paths[tenant], indexes[tenant]) for tenant in paths}
+        ids = _IDS_SCHEMA.empty_table() if self._numbered else None
+        added = {tenant: _Part(paths[tenant], indexes[tenant], ids=ids) for tenant in paths}
         self._parts = {t: self._parts.get(t) or added[t] for t in sorted(self._dirs)}
 
     def _delete_everywhere(self, chunk_ids: Iterable[str]) -> None:
@@ -788,9 +813,46 @@ def _tenant_dir_name(tenant: str, taken: Collection[str]) -> str:
     return name
 
 
-def _ranked(searcher: tantivy.Searcher, keys: _Keys, hits: list[tuple[float, tantivy.DocAddress]]) -> Iterator[_Ranked]:
+def _ranked(part: _Part, searcher: tantivy.Searcher, hits: list[tuple[float, tantivy.DocAddress]]) -> Iterator[_Ranked]:
     for score, address in hits:
-        yield searcher, keys, score, address
+        yield part, searcher, score, address
+
+
+def _hit_ids(ranked: Sequence[_Ranked]) -> list[tuple[str, str]]:
+    """(chunk_id, doc_id) of each hit, in order: one row lookup per index searched."""
+    if not ranked:
+        return []
+    first = ranked[0][0]
+    if all(hit[0] is first for hit in ranked):  # one index (one tenant, or one that answered)
+        return _ids_at(first, ranked[0][1], [hit[3] for hit in ranked])
+    positions: dict[int, list[int]] = {}
+    for position, hit in enumerate(ranked):
+        positions.setdefault(id(hit[0]), []).append(position)
+    found: list[tuple[str, str]] = [("", "")] * len(ranked)
+    for held in positions.values():
+        part, searcher = ranked[held[0]][0], ranked[held[0]][1]
+        for position, ids in zip(held, _ids_at(part, searcher, [ranked[p][3] for p in held]), strict=True):
+            found[position] = ids
+    return found
+
+
+def _ids_at(part: _Part, searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[tuple[str, str]]:
+    """(chunk_id, doc_id) of each document: by its row number where the index has them, else
+    (formats 3 and 4) from its stored document."""
+    if part.ids is None:
+        docs = [searcher.doc(address) for address in addresses]
+        # Every document is written with both ids as text (see ``_document``).
+        return [(cast(str, doc.get_first("chunk_id")), cast(str, doc.get_first("doc_id"))) for doc in docs]
+    rows = cast(list[int], searcher.fast_field_values(ROW_FIELD, addresses))
+    ids, added = part.ids, part.added
+    saved = ids.num_rows
+    if max(rows, default=0) < saved:
+        taken = ids.take(rows)
+        return list(zip(taken.column(0).to_pylist(), taken.column(1).to_pylist(), strict=True))
+    # A row past the saved ones was numbered since the last ``finalize``: a writer closed to make
+    # room commits its documents, and the reader reloads, before their ids are saved.
+    chunk_ids, doc_ids = ids.column(0), ids.column(1)
+    return [(chunk_ids[row].as_py(), doc_ids[row].as_py()) if row < saved else added[row - saved] for row in rows]
 
 
 def _best_first(hit: _Ranked) -> float:
@@ -814,6 +876,7 @@ def _build_schema(field_types: dict[str, FieldType], schema_names: dict[str, str
         else:
             builder.add_boolean_field(name, indexed=True, fast=True)
     builder.add_bytes_field(PAYLOAD_FIELD, stored=True, indexed=False)
+    builder.add_unsigned_field(ROW_FIELD, stored=False, indexed=False, fast=True)
     return builder.build()
 
 

@@ -5,11 +5,20 @@ terms, tag boosts, fetch_documents, the index format, and writes.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from retrieval_assets.core.stores.filters import FilterError, matches_all, parse_filters
-from retrieval_assets.core.stores.tantivy.store import TAG_SCORE, TantivyLexicalStore
+from retrieval_assets.core.stores.tantivy.store import (
+    IDS_FILE,
+    INDEX_DIR,
+    MAX_OPEN_WRITERS,
+    TAG_SCORE,
+    UNNUMBERED_FORMAT_VERSION,
+    TantivyLexicalStore,
+)
 from retrieval_assets_tests.core.stores.embedded_corpus import (
     CHUNK_IDS,
     FAR,
@@ -418,8 +427,8 @@ def test_filter_fields_of_a_tenant_are_those_its_chunks_have(tmp_path) -> None:
 
 
 def test_hits_carry_ids_and_the_stored_payload_after_writes_change_the_index(tmp_path):
-    # Hits read chunk and document ids from a per-reader map: each write must refresh it,
-    # or a hit would name the chunk that held its address before.
+    # Hits read chunk and document ids by row number: a replaced chunk's new row must name it,
+    # and the deleted row must not be reached.
     store = TantivyLexicalStore.create(tmp_path / "index")
     store.add(DOC_PAYLOADS[:4])
     store.finalize()
@@ -475,3 +484,110 @@ def test_an_encoded_payload_is_stored_as_given(tmp_path):
     with pytest.raises(ValueError, match="encoded"):
         store.add([kept], encoded=[])
     store.close()
+
+
+def read_ids(path: Path) -> pa.Table:
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def rewrite_ids(path: Path, table: pa.Table) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def test_hit_ids_come_from_each_index_ids_file_by_row_number(tmp_path):
+    # Not from the stored document: ids rewritten in ids.arrow are the ones hits and chunk_ids() name.
+    store = TantivyLexicalStore.create(tmp_path / "numbered")
+    store.add(DOC_PAYLOADS)
+    store.close()
+    files = sorted((tmp_path / "numbered" / INDEX_DIR).glob(f"*/{IDS_FILE}"))
+    assert len(files) == len({p["tenant_id"] for p in DOC_PAYLOADS})
+    for path in files:
+        table = read_ids(path)
+        marked = {
+            name: pa.array([f"row{i}:{v}" for i, v in enumerate(table.column(name).to_pylist())])
+            for name in table.column_names
+        }
+        rewrite_ids(path, pa.table(marked))
+    reopened = TantivyLexicalStore.open(tmp_path / "numbered")
+    hit = reopened.search_text("stroke", top_k=1)[0]
+    assert hit.chunk_id.endswith(":stroke#0") and hit.doc_id.endswith(":stroke")
+    assert hit.payload["chunk_id"] == "stroke#0"  # the stored payload is as written
+    assert {chunk_id.split(":")[1] for chunk_id in reopened.chunk_ids()} == {p["chunk_id"] for p in DOC_PAYLOADS}
+
+
+def test_rows_of_replaced_chunks_are_new_and_the_old_ones_stay_unreached(tmp_path):
+    store = TantivyLexicalStore.create(tmp_path / "index")
+    store.add(DOC_PAYLOADS[:2])
+    store.finalize()
+    store.add([dict(DOC_PAYLOADS[0], text="Aspirin again, replaced.")])
+    store.close()
+    (path,) = (tmp_path / "index" / INDEX_DIR).glob(f"*/{IDS_FILE}")
+    assert read_ids(path).column("chunk_id").to_pylist() == ["aspirin#0", "mi#0", "aspirin#0"]
+    hits = TantivyLexicalStore.open(tmp_path / "index").search_text("aspirin", top_k=5)
+    assert [(h.chunk_id, h.payload["text"]) for h in hits] == [("aspirin#0", "Aspirin again, replaced.")]
+
+
+def test_a_writer_closed_to_make_room_names_its_hits_before_finalize(tmp_path):
+    # Past MAX_OPEN_WRITERS tenants a writer is committed early, so a reader can show its
+    # documents before finalize saves their ids: they are named from the rows just numbered.
+    tenants = [f"t{i}" for i in range(MAX_OPEN_WRITERS + 2)]
+    payloads = [
+        doc_payload(f"d{i}", 0, tenant, [], "Stroke", f"Stroke care in ward {i}.") for i, tenant in enumerate(tenants)
+    ]
+    store = TantivyLexicalStore.create(tmp_path / "index")
+    store.add(payloads[:1])
+    store.add(payloads[1:])
+    for future in list(store._closing.values()):
+        future.result()
+    for part in store._parts.values():
+        part.index.reload()
+    early = {h.chunk_id for h in store.search_text("stroke", top_k=20)}
+    assert early and early <= {p["chunk_id"] for p in payloads}
+    store.close()
+    assert {h.chunk_id for h in store.search_text("stroke", top_k=20)} == {p["chunk_id"] for p in payloads}
+
+
+def test_a_linked_index_written_to_leaves_its_base_ids_file_as_it_was(tmp_path):
+    base = TantivyLexicalStore.create(tmp_path / "base")
+    base.add(DOC_PAYLOADS)
+    base.close()
+    (base_ids,) = [p for p in (tmp_path / "base" / INDEX_DIR).glob(f"*/{IDS_FILE}") if "acme" in p.parent.name]
+    before = base_ids.read_bytes()
+    linked = TantivyLexicalStore.open_linked(tmp_path / "base", tmp_path / "linked", {"acme", "globex"})
+    linked.add([doc_payload("stroke-2", 0, "acme", [], "Stroke units", "Stroke units save lives.")])
+    linked.close()
+    assert base_ids.read_bytes() == before
+    assert {h.chunk_id for h in linked.search_text("stroke", top_k=5, filters=ACME)} == {"stroke#0", "stroke-2#0"}
+    assert [
+        h.chunk_id for h in TantivyLexicalStore.open(tmp_path / "base").search_text("stroke", top_k=5, filters=ACME)
+    ] == ["stroke#0"]
+
+
+def test_an_index_without_row_numbers_reads_ids_from_stored_documents(tmp_path):
+    # Format 4, written before row numbers: no id_row value, no ids file; it still answers.
+    TantivyLexicalStore.create(tmp_path / "index").close()
+    manifest_path = tmp_path / "index" / "manifest.json"
+    manifest_path.write_text(
+        json.dumps(dict(json.loads(manifest_path.read_text()), format_version=UNNUMBERED_FORMAT_VERSION))
+    )
+    store = TantivyLexicalStore.open(tmp_path / "index")
+    store.add(DOC_PAYLOADS)
+    store.close()
+    assert not list((tmp_path / "index" / INDEX_DIR).glob(f"*/{IDS_FILE}"))
+    reopened = TantivyLexicalStore.open(tmp_path / "index")
+    assert [(h.chunk_id, h.doc_id) for h in reopened.search_text("stroke", top_k=5, filters=ACME)] == [
+        ("stroke#0", "stroke")
+    ]
+    assert reopened.chunk_ids() == {p["chunk_id"] for p in DOC_PAYLOADS}
+
+
+def test_an_index_missing_its_ids_file_names_it(tmp_path):
+    store = TantivyLexicalStore.create(tmp_path / "index")
+    store.add(DOC_PAYLOADS[:1])
+    store.close()
+    (path,) = (tmp_path / "index" / INDEX_DIR).glob(f"*/{IDS_FILE}")
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match=f"has no {IDS_FILE}: rebuild the lexical index"):
+        TantivyLexicalStore.open(tmp_path / "index")
