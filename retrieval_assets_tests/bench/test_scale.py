@@ -45,4 +45,6 @@ def test_bench_scale_builds_a_grown_approximate_version_and_prints_its_figures(
     assert figures["delta_one_percent_mode"].startswith("delta from")
     assert figures["delta_one_percent_encoded"]["dense"] == 0 and figures["delta_one_percent_documents"] >= 1
     assert 0 < figures["build_peak_rss_mb"] and 0 < figures["serving_rss_mb"]
+    # Five other base titles were searched before the timed ones.
+    assert figures["warmup_queries"] == 5
     assert figures["machine"]["cores"] >= 1
