@@ -221,13 +221,18 @@ def record_context_tokens(
     """Tokens a catalog record indexes from its metadata (the same rules as the query side)."""
     tokens: set[str] = set()
     for field, raw in metadata.items():
+        # A build runs this for every chunk, over every field, abstracts included: values are
+        # normalised only where a rule reads them, and a plain space settles most whitespace
+        # checks (a million ACL chunks spent minutes here, most of it normalising text).
+        token_field, known_values = field in settings.token_fields, settings.metadata_values.get(field)
         for value in _strings(raw):
-            if field in settings.token_fields:
+            if token_field:
                 normalised = normalise_value(value)
                 if normalised:
                     tokens.add(f"{PREFIX}:{settings.aliases.get(normalised, normalised)}")
-            tokens.update(settings.metadata_values.get(field, {}).get(normalise_value(value), ()))
-            if not any(c.isspace() for c in value):
+            if known_values:
+                tokens.update(known_values.get(normalise_value(value), ()))
+            if " " not in value and not any(c.isspace() for c in value):
                 tokens.update(extension_tokens(value, settings))
     return sorted(tokens)
 
