@@ -117,7 +117,8 @@ PAYLOAD_FIELD = "payload_json"
 CONTENT_FIELD = "content"
 ROW_FIELD = "id_row"
 IDS_FILE = "ids.arrow"
-_IDS_SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string())])
+# Large strings: one column of a tenant's ids may pass 2 GiB, the most a 32-bit offset can address.
+_IDS_SCHEMA = pa.schema([("chunk_id", pa.large_string()), ("doc_id", pa.large_string())])
 # The name schemas refer to, whatever the stemmer (an index records its stemmer in the manifest).
 TEXT_TOKENIZER = "en_stem_stop"
 _NUMERIC_FIELD_TYPES = {"integer": tantivy.FieldType.Integer, "float": tantivy.FieldType.Float}
@@ -649,9 +650,9 @@ class TantivyLexicalStore(LexicalStore):
             return _Part(path, self._open_index(path))
         if not (path / IDS_FILE).is_file():
             raise FileNotFoundError(f"tantivy index {path} has no {IDS_FILE}: rebuild the lexical index")
-        # Read whole: about 70 bytes a row, against 10-17 us a hit to read a stored document.
+        # Read whole: about 60 bytes a row, against 10-17 us a hit to read a stored document.
         with pa.OSFile(str(path / IDS_FILE)) as source:
-            return _Part(path, self._open_index(path), ids=pa.ipc.open_file(source).read_all())
+            return _Part(path, self._open_index(path), ids=pa.ipc.open_file(source).read_all().cast(_IDS_SCHEMA))
 
     def _open_index(self, path: Path) -> tantivy.Index:
         index = tantivy.Index.open(str(path))
