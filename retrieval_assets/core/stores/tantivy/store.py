@@ -709,7 +709,7 @@ class TantivyLexicalStore(LexicalStore):
         if not found:
             return set()
         hits = searcher.search(query, limit=found).hits
-        return {cast(str, searcher.doc(address).get_first("chunk_id")) for _, address in hits}
+        return {chunk_id for chunk_id, _ in _ids_at(part, searcher, [address for _, address in hits])}
 
     def _writer(self, key: str | None, part: _Part) -> tantivy.IndexWriter:
         """The writer of ``part`` (tenant ``key``), opened if need be; past ``MAX_OPEN_WRITERS``
