@@ -21,6 +21,7 @@ from dagster import ConfigurableIOManager, InputContext, OutputContext
 from pydantic import Field
 
 from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.io.memory import return_freed_memory
 from retrieval_assets.core.io.tables import read_parquet_rows, write_parquet
 
 
@@ -66,6 +67,8 @@ class ParquetIOManager(ConfigurableIOManager):
         context.add_output_metadata({"path": str(path), "bytes": path.stat().st_size})
 
     def load_input(self, context: InputContext) -> pd.DataFrame | Any:
+        # A step's inputs load when the last step's values are gone: its peak goes back first.
+        return_freed_memory()
         metadata = context.definition_metadata or {}
         options = {k: metadata[k] for k in ("columns", "dtype_backend") if k in metadata}
         return stored_value(self.base_dir, context.asset_key.path, options, deferred=bool(metadata.get("deferred")))

@@ -84,10 +84,15 @@ def _dense_rows(frame: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
     rows = _arrow_rows(frame["embedding"], positions)
     if rows is None:
         return np.vstack(frame["embedding"].to_numpy()[positions]).astype(np.float32, copy=False)
+    return arrow_dense_matrix(rows)
+
+
+def arrow_dense_matrix(rows: pa.Array) -> np.ndarray:
+    """An Arrow list column of equal-length vectors as a float32 (n, dim) matrix."""
     lengths = pc.list_value_length(rows).to_numpy(zero_copy_only=False)
     if len(set(lengths.tolist())) != 1:
         raise ValueError(f"dense embedding table mixes vector lengths {sorted(set(lengths.tolist()))}")
-    return rows.flatten().to_numpy(zero_copy_only=False).reshape(len(positions), -1).astype(np.float32, copy=False)
+    return rows.flatten().to_numpy(zero_copy_only=False).reshape(len(rows), -1).astype(np.float32, copy=False)
 
 
 def sparse_vectors(frame: pd.DataFrame, chunk_ids: Sequence[str]) -> list[SparseVector]:
@@ -106,7 +111,11 @@ def sparse_slices(frame: pd.DataFrame, chunk_ids: Sequence[str], rows: int) -> I
 def _sparse_rows(frame: pd.DataFrame, found: np.ndarray) -> list[SparseVector]:
     arrow_indices, arrow_values = _arrow_rows(frame["indices"], found), _arrow_rows(frame["values"], found)
     if arrow_indices is not None and arrow_values is not None:
-        values = arrow_values.to_pylist()
-        return [SparseVector(indices=i, values=v) for i, v in zip(arrow_indices.to_pylist(), values, strict=True)]
+        return arrow_sparse_vectors(arrow_indices, arrow_values)
     indices, values = frame["indices"].to_numpy(), frame["values"].to_numpy()
     return [SparseVector(indices=indices[p].tolist(), values=values[p].tolist()) for p in found]
+
+
+def arrow_sparse_vectors(indices: pa.Array, values: pa.Array) -> list[SparseVector]:
+    """Arrow list columns of a sparse table's indices and values as vectors."""
+    return [SparseVector(indices=i, values=v) for i, v in zip(indices.to_pylist(), values.to_pylist(), strict=True)]

@@ -16,10 +16,10 @@ import pandas as pd
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.cache import content_hash
-from retrieval_assets.core.embed.vectors import dense_dim, dense_matrices, sparse_slices
 from retrieval_assets.core.faults import fault_point
 from retrieval_assets.core.index.graph import GraphBuild, edge_violations, save_edges
 from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
+from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
@@ -195,36 +195,28 @@ PointBatch = tuple[list[Payload], np.ndarray, list[SparseVector]]
 
 
 def point_batches(
-    chunks: pd.DataFrame,
-    dense: pd.DataFrame,
-    sparse: pd.DataFrame,
-    context: ContextTokenSettings | None = None,
-    rows: int = UPSERT_ROWS,
+    tables: PointTables, context: ContextTokenSettings | None = None, rows: int = UPSERT_ROWS
 ) -> tuple[dict[str, FieldType], int, Iterator[PointBatch]]:
     """What a Qdrant build (embedded or server) and an OpenSearch build write: the field types,
     the dimension, and the points in slices. Payloads and vectors are made per slice (200k ACL
     chunks' payloads took 700 MB held at once; a SPLADE vector as Python lists ~10 KB). The
     field types are read from a first pass over the payloads, made again for the points."""
-
-    def payload_slices() -> Iterator[list[Payload]]:
-        for start in range(0, len(chunks), rows):
-            yield index_payloads(chunks.iloc[start : start + rows], context)
-
-    field_types = infer_field_types(payload for part in payload_slices() for payload in part)
-    ids = chunks["chunk_id"].tolist()
+    field_types = infer_field_types(
+        payload for part in tables.chunks(rows) for payload in index_payloads(part, context)
+    )
 
     def batches() -> Iterator[PointBatch]:
-        yield from zip(
-            payload_slices(), dense_matrices(dense, ids, rows), sparse_slices(sparse, ids, rows), strict=True
-        )
+        for part, matrix, sparse in tables.slices(rows):
+            if sparse is None:
+                raise ValueError("a Qdrant or OpenSearch build needs the sparse embeddings table")
+            yield index_payloads(part, context), matrix, sparse
 
-    return field_types, dense_dim(dense), batches()
+    return field_types, tables.dim, batches()
 
 
 def build_faiss_index(
     path: Path,
-    chunks: pd.DataFrame,
-    dense: pd.DataFrame,
+    tables: PointTables,
     model_name: str,
     context: ContextTokenSettings | None = None,
     dense_index: DenseIndexSettings | None = None,
@@ -233,20 +225,15 @@ def build_faiss_index(
     dense_index = dense_index or DenseIndexSettings()
     store = FaissDenseStore.create(
         path,
-        dim=dense_dim(dense),
-        index_type=dense_index.index_type(len(chunks)),
+        dim=tables.dim,
+        index_type=dense_index.index_type(tables.count),
         hnsw_m=dense_index.hnsw_m,
         ef_construction=dense_index.hnsw_ef_construction,
         ef_search=dense_index.hnsw_ef_search,
         overwrite=True,
     )
     # Written a slice at a time: payload dicts took ~3.5 KB each, 700 MB for 200k ACL chunks at once.
-    starts = range(0, len(chunks), FAISS_SLICE_ROWS)
-    matrices = dense_matrices(dense, chunks["chunk_id"].tolist(), FAISS_SLICE_ROWS)
-    points = (
-        (index_payloads(chunks.iloc[start : start + FAISS_SLICE_ROWS], context), matrix)
-        for start, matrix in zip(starts, matrices, strict=True)
-    )
+    points = ((index_payloads(part, context), matrix) for part, matrix, _ in tables.slices(FAISS_SLICE_ROWS))
     return write_faiss_points(store, points, model_name)
 
 
@@ -277,14 +264,12 @@ def write_faiss_points(
 
 def build_qdrant_index(
     path: Path,
-    chunks: pd.DataFrame,
-    dense: pd.DataFrame,
-    sparse: pd.DataFrame,
+    tables: PointTables,
     dense_model: str,
     sparse_model: str,
     context: ContextTokenSettings | None = None,
 ) -> QdrantEdgeStore:
-    field_types, dim, batches = point_batches(chunks, dense, sparse, context)
+    field_types, dim, batches = point_batches(tables, context)
     # Serving searches this shard's SPLADE vectors only (FAISS answers dense queries), so its
     # dense vectors get no HNSW graph (m = 0): building one took most of the step's time, 88 s
     # against 10 s for 30k points, and a search of them, which nothing asks for, scans.

@@ -60,6 +60,7 @@ from retrieval_assets.core.index.build import (
     write_qdrant_points,
 )
 from retrieval_assets.core.index.layout import read_build_manifest
+from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
 from retrieval_assets.core.index.vocabulary import (
     TENANT_COUNT_COLUMNS,
@@ -330,7 +331,7 @@ def delta_qdrant_index(
     context: ContextTokenSettings | None = None,
 ) -> QdrantEdgeStore:
     """The base's qdrant-edge shard with the deleted chunks removed and the upserted ones written."""
-    _, _, batches = point_batches(delta.plan.upserted_rows(chunks), dense, sparse, context)
+    _, _, batches = point_batches(PointTables.in_memory(delta.plan.upserted_rows(chunks), dense, sparse), context)
     store = delta.open_copy(QdrantEdgeStore, delta.base.layout.qdrant, path)
     return write_qdrant_points(
         store, batches, dense_model, sparse_model, defer_optimizing=True, base_version=delta.base.id

@@ -1,10 +1,15 @@
-"""Building many small objects at once."""
+"""Building many small objects at once, and handing their memory back afterwards."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
+
+import pyarrow as pa
 
 
 @contextmanager
@@ -19,3 +24,22 @@ def collection_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def return_freed_memory() -> None:
+    """Give the memory that earlier work freed back to the operating system. A build runs its
+    steps in one process (``runs.run_job``); freed tables stay in the allocators' free lists,
+    so each step started where the last one peaked."""
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (NumPy's and Python's large blocks), or None on another libc."""
+    name = ctypes.util.find_library("c")
+    library = ctypes.CDLL(name) if name else None
+    return getattr(library, "malloc_trim", None)

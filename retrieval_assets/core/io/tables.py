@@ -105,6 +105,22 @@ def read_parquet_rows(
     return table.to_pandas(types_mapper=pd.ArrowDtype if options.get("dtype_backend") == "pyarrow" else None)
 
 
+def parquet_row_slices(
+    path: str | os.PathLike[str], rows: int, columns: Sequence[str] | None = None
+) -> Iterator[pa.Table]:
+    """A Parquet file's rows in consecutive slices of exactly ``rows`` (the last may be shorter),
+    one held at a time: several files of one row count stay in step whatever their row groups."""
+    pending: pa.Table | None = None
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns):
+        read = pa.Table.from_batches([batch])
+        pending = read if pending is None else pa.concat_tables([pending, read])
+        while pending.num_rows >= rows:
+            yield pending.slice(0, rows)
+            pending = pending.slice(rows)
+    if pending is not None and pending.num_rows:
+        yield pending
+
+
 def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(list(records), columns=list(columns)).astype(columns)
 

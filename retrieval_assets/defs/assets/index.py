@@ -36,6 +36,7 @@ from retrieval_assets.core.index.delta import (
     delta_term_counts,
 )
 from retrieval_assets.core.index.layout import read_build_manifest
+from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import CandidateRecord
 from retrieval_assets.core.index.vocabulary import (
     build_vocabulary,
@@ -251,8 +252,8 @@ def faiss_index(
             chunk_rows, dense_rows = _upserted(delta, chunks, dense_embeddings)
             store = delta_faiss_index(delta, path, chunk_rows, dense_rows, models.dense_model, build.context_tokens)
         else:
-            tables = (chunks.read(), dense_embeddings.read())
-            store = build_faiss_index(path, *tables, models.dense_model, build.context_tokens, build.dense_index)
+            tables = PointTables.stored(chunks.path, dense_embeddings.path)
+            store = build_faiss_index(path, tables, models.dense_model, build.context_tokens, build.dense_index)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
         store,
@@ -314,8 +315,8 @@ def qdrant_edge_index(
             chunk_rows, dense_rows, sparse_rows = _upserted(delta, *tables)
             store = delta_qdrant_index(delta, path, chunk_rows, dense_rows, sparse_rows, *settings)
         else:
-            tables_read = (chunks.read(), dense_embeddings.read(), sparse_embeddings.read())
-            store = build_qdrant_index(path, *tables_read, *settings)
+            stored = PointTables.stored(chunks.path, dense_embeddings.path, sparse_embeddings.path)
+            store = build_qdrant_index(path, stored, *settings)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     return _index_result(
         store, path, index_candidate, expected, timer["seconds"], (store.dim, models.dense_encoder().dim), **models_used
@@ -408,9 +409,8 @@ def server_indexes(
         if index_candidate.reused:
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
-            field_types, dim, batches = point_batches(
-                chunks.read(), dense_embeddings.read(), sparse_embeddings.read(), build.context_tokens
-            )
+            stored = PointTables.stored(chunks.path, dense_embeddings.path, sparse_embeddings.path)
+            field_types, dim, batches = point_batches(stored, build.context_tokens)
             counts = servers.build(version, dim, field_types, batches, build.lexical_stemmer)
     context.log.info(f"server indexes {servers.name(version)}: {counts}")
     return MaterializeResult(

@@ -27,6 +27,7 @@ from retrieval_assets.core.index.build import (
     seal_candidate,
 )
 from retrieval_assets.core.index.layout import read_build_manifest
+from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.settings import DenseIndexSettings
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
@@ -43,8 +44,9 @@ def built(tmp_path: Path) -> tuple[IndexVersion, pd.DataFrame]:
     chunks = _chunks()
     version = IndexVersions(tmp_path / "indexes").candidate(build_fingerprint(chunk_table(chunks), settings="s"))
     dense, sparse = _vectors(chunks)
-    build_faiss_index(version.layout.faiss, chunks, dense, "dense-model").close()
-    build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()
+    tables = PointTables.in_memory(chunks, dense, sparse)
+    build_faiss_index(version.layout.faiss, tables, "dense-model").close()
+    build_qdrant_index(version.layout.qdrant, tables, "dense-model", "sparse-model").close()
     build_lexical_index(version.layout.lexical, chunks).close()
     return version, chunks
 
@@ -95,7 +97,8 @@ def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path:
     chunks = _chunks()
     dense, _ = _vectors(chunks)
     settings = DenseIndexSettings(approximate_from_chunks=len(chunks) + extra, hnsw_m=8, hnsw_ef_search=16)
-    store = build_faiss_index(tmp_path / "faiss", chunks, dense, "dense-model", dense_index=settings)
+    tables = PointTables.in_memory(chunks, dense)
+    store = build_faiss_index(tmp_path / "faiss", tables, "dense-model", dense_index=settings)
     store.close()
     reopened = FaissDenseStore.open(tmp_path / "faiss")
     assert (reopened.index_type, read_build_manifest(tmp_path / "faiss")["index_type"]) == (index_type, index_type)
@@ -106,16 +109,17 @@ def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path:
 def test_a_build_written_in_slices_equals_one_written_at_once(tmp_path: Path, monkeypatch) -> None:
     chunks = _chunks()
     dense, sparse = _vectors(chunks)
-    whole = build_faiss_index(tmp_path / "whole", chunks, dense, "dense-model")
-    field_types, dim, batches = build_module.point_batches(chunks, dense, sparse, rows=len(chunks))
+    tables = PointTables.in_memory(chunks, dense, sparse)
+    whole = build_faiss_index(tmp_path / "whole", tables, "dense-model")
+    field_types, dim, batches = build_module.point_batches(tables, rows=len(chunks))
     monkeypatch.setattr(build_module, "FAISS_SLICE_ROWS", 2)
-    sliced = build_faiss_index(tmp_path / "sliced", chunks, dense, "dense-model")
+    sliced = build_faiss_index(tmp_path / "sliced", tables, "dense-model")
     assert len(chunks) > 2 and sliced.chunk_ids() == whole.chunk_ids()
     query = dense_matrix(dense, [chunks["chunk_id"].iloc[0]])[0]
     assert sliced.search_dense(query, 5) == whole.search_dense(query, 5)
     assert FaissDenseStore.stored_payloads(tmp_path / "sliced") == FaissDenseStore.stored_payloads(tmp_path / "whole")
 
-    small_types, small_dim, small_batches = build_module.point_batches(chunks, dense, sparse, rows=2)
+    small_types, small_dim, small_batches = build_module.point_batches(tables, rows=2)
     assert (small_types, small_dim) == (field_types, dim) and dim == whole.dim
     [(payloads, matrix, vectors)] = list(batches)
     parts = list(small_batches)

@@ -30,6 +30,7 @@ from retrieval_assets.core.index.delta import (
     record_decision,
 )
 from retrieval_assets.core.index.layout import read_build_manifest, write_build_manifest
+from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
 from retrieval_assets.core.io.tables import chunks_to_frame
@@ -114,8 +115,9 @@ def _sealed_version(
     fingerprint = build_fingerprint(chunk_table(chunks), settings=settings)
     version = versions.candidate(fingerprint)
     dense, sparse = _vectors(chunks)
-    build_faiss_index(version.layout.faiss, chunks, dense, "dense-model", dense_index=dense_index).close()
-    build_qdrant_index(version.layout.qdrant, chunks, dense, sparse, "dense-model", "sparse-model").close()
+    tables = PointTables.in_memory(chunks, dense, sparse)
+    build_faiss_index(version.layout.faiss, tables, "dense-model", dense_index=dense_index).close()
+    build_qdrant_index(version.layout.qdrant, tables, "dense-model", "sparse-model").close()
     build_lexical_index(version.layout.lexical, chunks).close()
     count_terms(chunk_texts(chunks)).to_parquet(version.layout.vocabulary_counts)
     record_candidate_chunks(version, chunk_table(chunks))
