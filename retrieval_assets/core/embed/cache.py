@@ -132,18 +132,19 @@ def encode_with_cache(
     progress: ProgressCallback | None = None,
 ) -> tuple[pd.DataFrame, CacheStats]:
     """One row per key, in ``keys`` order: cached rows reused, the rest encoded block by block
-    and appended to the cache before the next block starts."""
+    and appended to the cache before the next block starts. Only the texts of keys the cache
+    lacks are read from ``texts``, which may make each on demand (``steps.ChunkTexts``)."""
     if len(keys) != len(texts):
         raise ValueError(f"{len(keys)} keys but {len(texts)} texts")
-    text_by_key = dict(zip(keys, texts, strict=True))
-    cached = cache.lookup(list(text_by_key))
+    position_of = {key: position for position, key in enumerate(keys)}
+    cached = cache.lookup(list(position_of))
     known = set(cached[KEY])
-    missing = [key for key in text_by_key if key not in known]
+    missing = [key for key in position_of if key not in known]
     blocks = [cached]
     for start in range(0, len(missing), block_rows):
         block_keys = missing[start : start + block_rows]
         in_block = None if progress is None else _offset(progress, start, len(missing))
-        encoded = encode_block([text_by_key[key] for key in block_keys], in_block)
+        encoded = encode_block([texts[position_of[key]] for key in block_keys], in_block)
         if len(encoded) != len(block_keys):
             raise ValueError(f"encoder returned {len(encoded)} rows for {len(block_keys)} texts")
         encoded.insert(0, KEY, pd.Series(block_keys, dtype="string"))
@@ -154,7 +155,7 @@ def encode_with_cache(
         blocks = [encode_block([], None).assign(**{KEY: pd.Series([], dtype="string")})]
     table = pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
     positions = pd.Index(table[KEY]).get_indexer(list(keys))
-    stats = CacheStats(requested=len(text_by_key), reused=len(text_by_key) - len(missing), encoded=len(missing))
+    stats = CacheStats(requested=len(position_of), reused=len(position_of) - len(missing), encoded=len(missing))
     return table.iloc[positions].reset_index(drop=True), stats
 
 

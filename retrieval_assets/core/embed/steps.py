@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 import pandas as pd
@@ -50,10 +52,36 @@ def _embed(
     keys = chunks["content_hash"].tolist()
     if not all(isinstance(key, str) and key for key in keys):
         raise ValueError("chunks lack a content_hash: make them with chunk_documents")
-    texts = list(map(embedding_text, chunks["title"].fillna("").tolist(), chunks["text"].tolist()))
+    texts = ChunkTexts(chunks["title"].fillna("").to_numpy(), chunks["text"].to_numpy())
     values, stats = encode_with_cache(keys, texts, encode_block, cache, block_rows=block_rows, progress=progress)
     values.insert(0, "chunk_id", pd.Series(chunks["chunk_id"].to_numpy(), dtype="string"))
     return values[columns], stats
+
+
+# The chunk columns an embedding step reads (metadata, the largest of the rest, is left on disk);
+# the dense one also reads each document's precomputed vectors.
+SPARSE_CHUNK_COLUMNS = ["chunk_id", "content_hash", "title", "text"]
+DENSE_CHUNK_COLUMNS = [*SPARSE_CHUNK_COLUMNS, "doc_id", "tenant_id", "vectors"]
+
+
+class ChunkTexts(Sequence[str]):
+    """Chunks' embedding texts, each made when asked for: the cache holds most chunks' vectors
+    in a nightly run, and a million texts made up front took about 1.2 GB."""
+
+    def __init__(self, titles: np.ndarray, texts: np.ndarray) -> None:
+        self._titles, self._texts = titles, texts
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return embedding_text(self._titles[index], self._texts[index])
 
 
 # Chunk ids named per kind of unused vector in ``PrecomputedStats.examples``.

@@ -82,7 +82,25 @@ ROW_GROUP_ROWS = 8192
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Write ``frame`` as Parquet through a temporary file and a rename, so readers never see
     a half-written file."""
-    return write_atomically(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=ROW_GROUP_ROWS))
+    return write_atomically(path, lambda tmp: _write_row_groups(frame, tmp))
+
+
+def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
+    """``frame.to_parquet``, converted to Arrow one row group at a time rather than whole (the
+    whole copy beside a million chunks' vectors is 1.5 GB). The first group's schema is every
+    group's; where a later group does not fit it (a column of only nulls at first), whole."""
+    if len(frame) <= ROW_GROUP_ROWS:
+        frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
+        return
+    first = pa.Table.from_pandas(frame.iloc[:ROW_GROUP_ROWS], preserve_index=False)
+    try:
+        with pq.ParquetWriter(path, first.schema) as writer:
+            writer.write_table(first)
+            for start in range(ROW_GROUP_ROWS, len(frame), ROW_GROUP_ROWS):
+                part = frame.iloc[start : start + ROW_GROUP_ROWS]
+                writer.write_table(pa.Table.from_pandas(part, schema=first.schema, preserve_index=False))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
 
 
 def read_parquet_rows(

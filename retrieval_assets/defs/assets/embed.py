@@ -9,11 +9,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetIn, MaterializeResult, MetadataValue, asset
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
 from retrieval_assets.core.embed.cache import CacheStats
-from retrieval_assets.core.embed.steps import DenseStats, PrecomputedStats, embed_dense, embed_sparse, embedding_cache
+from retrieval_assets.core.embed.steps import (
+    DENSE_CHUNK_COLUMNS,
+    SPARSE_CHUNK_COLUMNS,
+    DenseStats,
+    PrecomputedStats,
+    embed_dense,
+    embed_sparse,
+    embedding_cache,
+)
 from retrieval_assets.core.ingest.steps import (
     chunk_documents,
     clean_catalog,
@@ -94,7 +102,12 @@ def _precomputed(context: AssetExecutionContext, stats: PrecomputedStats) -> dic
     }
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"})
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    kinds={"parquet"},
+    ins={"chunks": AssetIn(metadata={"columns": DENSE_CHUNK_COLUMNS})},
+)
 def dense_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
@@ -109,7 +122,12 @@ def dense_embeddings(
     return MaterializeResult(value=frame, metadata={**metadata, "dim": encoder.dim})
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"parquet"})
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    kinds={"parquet"},
+    ins={"chunks": AssetIn(metadata={"columns": SPARSE_CHUNK_COLUMNS})},
+)
 def sparse_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from retrieval_assets.core.embed.cache import KEY, EmbeddingCache, encode_with_cache
+from retrieval_assets.core.embed.steps import ChunkTexts
 
 
 def _segment(keys: list[str], offset: float) -> pd.DataFrame:
@@ -52,3 +53,23 @@ def test_a_changed_encoder_is_explained_once_before_it_encodes(tmp_path: Path) -
     assert reason is not None and "graph=as-shipped" in reason and "graph=dequantized-fp32" in reason
     new.append(_segment(["a"], 1))
     assert new.change_of_encoder() is None  # its own vectors exist now
+
+
+def test_only_the_texts_of_missing_keys_are_made(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, "model-a")
+    cache.append(_segment(["a", "b"], 0))
+    made: list[int] = []
+
+    class Texts(ChunkTexts):
+        def __getitem__(self, index):
+            made.append(index)
+            return super().__getitem__(index)
+
+    texts = Texts(np.array(["T", "", "T"], dtype=object), np.array(["body a", "body c", "body b"], dtype=object))
+    assert list(ChunkTexts(np.array(["T", ""], dtype=object), np.array(["x", "y"], dtype=object))) == ["T\nx", "y"]
+
+    def encode(block, _report):
+        return pd.DataFrame({"embedding": [np.full(3, 100, dtype=np.float32) for _ in block]})
+
+    rows, stats = encode_with_cache(["a", "c", "b"], texts, encode, cache)
+    assert made == [1] and stats.encoded == 1 and rows[KEY].tolist() == ["a", "c", "b"]

@@ -65,3 +65,41 @@ def test_an_empty_frame_keeps_its_dtypes_through_parquet(tmp_path) -> None:
     read = pd.read_parquet(tmp_path / "empty.parquet")
     assert len(read) == 0
     assert read.dtypes.astype(str).to_dict() == {"chunk_id": "string", "doc_key": "uint64", "line_number": "Int64"}
+
+
+def _mixed(rows: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "chunk_id": pd.Series([f"d{n}" if n % 7 else None for n in range(rows)], dtype="string"),
+            "ordinal": pd.Series([n if n % 5 else None for n in range(rows)], dtype="Int64"),
+            "embedding": [np.full(2, n, dtype=np.float32) for n in range(rows)],
+        }
+    )
+
+
+def test_a_table_is_converted_one_row_group_at_a_time_and_reads_back_whole(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 10)
+    written: list[int] = []
+    write_table = pq.ParquetWriter.write_table
+
+    def counted(self, table, **kw):
+        written.append(len(table))
+        return write_table(self, table, **kw)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", counted)
+    frame = _mixed(35)
+    write_parquet(frame, tmp_path / "t.parquet")
+    assert written == [10, 10, 10, 5]
+    read = pd.read_parquet(tmp_path / "t.parquet")
+    pd.testing.assert_frame_equal(read.drop(columns="embedding"), frame.drop(columns="embedding"))
+    assert [v.tolist() for v in read["embedding"]] == [v.tolist() for v in frame["embedding"]]
+
+
+def test_a_column_of_nulls_in_the_first_row_group_is_written_whole(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 10)
+    frame = pd.DataFrame({"n": range(25), "extra": [None] * 10 + [[f"x{n}"] for n in range(15)]})
+    write_parquet(frame, tmp_path / "t.parquet")
+    read = pd.read_parquet(tmp_path / "t.parquet")
+    assert read["extra"].iloc[:10].isna().all()
+    assert [list(v) for v in read["extra"].iloc[10:]] == frame["extra"][10:].tolist()
+    assert pq.ParquetFile(tmp_path / "t.parquet").num_row_groups == 3
