@@ -86,8 +86,8 @@ def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
 
 
 def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
-    """``frame.to_parquet``, converted to Arrow one row group at a time rather than whole (the
-    whole copy beside a million chunks' vectors is 1.5 GB). The first group's schema is every
+    """``frame.to_parquet``, converted to Arrow one row group at a time rather than whole (a whole
+    copy of a million 384-dim float32 vectors is 1.5 GB). The first group's schema is every
     group's; where a later group does not fit it (a column of only nulls at first), whole."""
     if len(frame) <= ROW_GROUP_ROWS:
         frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
