@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from retrieval_assets.core.ingest import chunking, cleaning
@@ -32,10 +34,19 @@ from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
 CHUNKS_FILE = "chunks.parquet"
+KEY_BLOCK_ROWS = 8192
 
 
 def _source_hash(*parts: object) -> str:
     return hashlib.blake2b("\x00".join(map(str, parts)).encode(), digest_size=8).hexdigest()
+
+
+def _row_keys(raw: pd.DataFrame, salt: str) -> Iterator[str]:
+    """Each raw row's memo key, its text taken into Python a block of rows at a time."""
+    for start in range(0, len(raw), KEY_BLOCK_ROWS):
+        block = raw.iloc[start : start + KEY_BLOCK_ROWS]
+        for text, error in zip(block["raw"].tolist(), block["utf8_error"].tolist(), strict=True):
+            yield hashlib.blake2b(f"{salt}{int(error)}{text}".encode(), digest_size=16).hexdigest()
 
 
 class ParsedRows:
@@ -55,20 +66,30 @@ class ParsedRows:
         """``parse_rows`` of a raw rows frame, taking the previous build's record of each row
         seen before (same bytes, cleaning code, format, tenant and limit)."""
         salt = _source_hash(inspect.getsource(cleaning), fmt, tenant_id, max_text_chars)
-        keys = pd.Index(
-            [
-                hashlib.blake2b(f"{salt}{int(error)}{text}".encode(), digest_size=16).hexdigest()
-                for text, error in zip(raw["raw"].tolist(), raw["utf8_error"].tolist(), strict=True)
-            ],
-            dtype=object,
-        )
+        keys = pd.Index(list(_row_keys(raw, salt)), dtype=object)
         known = keys.isin(self._previous.index)
-        fresh = parse_rows(frame_to_raw_rows(raw[~known]), fmt, tenant_id, max_text_chars).set_axis(keys[~known])
-        records = pd.concat([self._previous.loc[keys[known].unique()], fresh[~fresh.index.duplicated()]])
-        self._seen.append(records)
+        fresh = parse_rows(frame_to_raw_rows(raw[~known] if known.any() else raw), fmt, tenant_id, max_text_chars)
+        records = self._in_row_order(keys, known, fresh)
+        self._seen.append(records[~records.index.duplicated()] if records.index.has_duplicates else records)
         self.reused += int(known.sum())
         self.parsed += len(fresh)
-        return records.loc[keys].reset_index(drop=True)
+        return records.reset_index(drop=True)
+
+    def _in_row_order(self, keys: pd.Index, known: np.ndarray, fresh: pd.DataFrame) -> pd.DataFrame:
+        """One record per key, in row order: the previous build's where ``known``, else the next
+        of ``fresh`` (one per unknown row). Where every row is known, or none, no copy is made
+        beyond the one ``.loc`` takes (a million rows' records are over a gigabyte)."""
+        fresh = fresh.set_axis(keys[~known])
+        if not known.any():
+            return fresh
+        reused = self._previous.loc[keys[known]]
+        if known.all():
+            return reused
+        reused_count = len(reused)
+        order = np.empty(len(keys), dtype=np.int64)
+        order[known] = np.arange(reused_count)
+        order[~known] = reused_count + np.arange(len(fresh))
+        return pd.concat([reused, fresh]).iloc[order]
 
     def save(self) -> None:
         """Keep exactly the rows this build parsed or reused."""

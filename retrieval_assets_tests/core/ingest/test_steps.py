@@ -7,11 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from retrieval_assets.core.ingest import cleaning, steps
-from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow
 from retrieval_assets.core.ingest.inbox import (
     DocumentInbox,
     InboxEntry,
@@ -23,6 +24,7 @@ from retrieval_assets.core.ingest.steps import (
     chunk_frame,
     clean_catalogs,
     read_raw_catalogs,
+    rows_of_source,
 )
 from retrieval_assets.core.io import tables
 from retrieval_assets.core.io.tables import frame_to_documents
@@ -224,3 +226,48 @@ def test_cleaning_and_chunking_a_few_rows_at_a_time_change_nothing(tmp_path: Pat
     assert len(whole[0]) > 3 and len(whole[1]) > 3
     pd.testing.assert_frame_equal(in_blocks[0], whole[0])
     pd.testing.assert_frame_equal(in_blocks[1], whole[1])
+
+
+def _raw_frame(sources: str) -> pd.DataFrame:
+    rows = [RawRow(source=s, line_number=n, raw=f'{{"_id": "{n}", "text": "t"}}') for n, s in enumerate(sources, 1)]
+    return tables.raw_rows_to_frame(rows)
+
+
+def test_a_sources_rows_are_a_slice_of_the_raw_rows_where_consecutive() -> None:
+    raw = _raw_frame("aabbbc")
+    rows = rows_of_source(raw, "b")
+    assert rows["line_number"].tolist() == [3, 4, 5]
+    # A slice shares the raw rows' memory: a million rows' text is not copied per source.
+    assert np.shares_memory(rows["line_number"].to_numpy(), raw["line_number"].to_numpy())
+    assert rows_of_source(raw, "missing").empty
+
+
+def test_a_sources_rows_scattered_among_others_are_all_taken_in_order() -> None:
+    raw = _raw_frame("abab")
+    assert rows_of_source(raw, "a")["line_number"].tolist() == [1, 3]
+    assert rows_of_source(raw, "b")["line_number"].tolist() == [2, 4]
+
+
+@pytest.mark.parametrize("changed", [[], [1], [0, 1, 2, 3, 4]], ids=["none", "one", "all"])
+def test_memo_gives_rows_in_order_with_repeated_lines_whatever_it_knows(tmp_path: Path, changed: list[int]) -> None:
+    lines = [json.dumps({"_id": f"d{n % 3}", "text": f"text {n % 3}"}) for n in range(5)]  # lines 4, 5 repeat 1, 2
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    corpus = catalog / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    source = CatalogSource(format="beir", path=str(catalog))
+    clean_catalogs(read_raw_catalogs({"main": source})[0], [source], ParsedRows(tmp_path / "memo"))
+    for n in changed:
+        lines[n] = json.dumps({"_id": f"d{n % 3}", "text": f"changed {n % 3}"})
+    corpus.write_text("\n".join(lines) + "\n")
+    raw = read_raw_catalogs({"main": source})[0]
+    memo = ParsedRows(tmp_path / "memo")
+    again = clean_catalogs(raw, [source], memo)
+    plain = clean_catalogs(raw, [source])
+    assert memo.parsed == len(changed) and memo.reused == 5 - len(changed)
+    pd.testing.assert_frame_equal(again.documents, plain.documents)
+    assert again.quarantine == plain.quarantine
+    # What this build saw is what the next one finds: every row known, nothing parsed.
+    last = ParsedRows(tmp_path / "memo")
+    clean_catalogs(raw, [source], last)
+    assert last.parsed == 0 and last.reused == 5
