@@ -7,7 +7,7 @@ The ``index`` assets call these one at a time; nothing else builds an index.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = 
 
 
 def keyword_facets(
-    payloads: Sequence[Payload], field_types: Mapping[str, FieldType]
+    payloads: Iterable[Payload], field_types: Mapping[str, FieldType]
 ) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
     """Distinct values of each keyword field that has at most ``MAX_FACET_VALUES`` of them, for
     the NL filter parser: over every payload, and per tenant. One pass; a tenant's field is
@@ -323,7 +323,7 @@ def write_lexical_index(
 
 
 def write_lexical_manifest(
-    store: TantivyLexicalStore, payloads: Sequence[Payload], kinds: dict[str, dict[str, int]], **facts: object
+    store: TantivyLexicalStore, payloads: Iterable[Payload], kinds: dict[str, dict[str, int]], **facts: object
 ) -> None:
     """The build manifest of a tantivy index of ``payloads``: the facets, overall and per tenant,
     and the payloads' ``field_kinds``, from which a later delta build derives its filter field

@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.vectors import dense_matrix
@@ -266,15 +269,17 @@ def delta_field_kinds(
     plan: DeltaPlan,
     context: ContextTokenSettings | None = None,
     replaced: Collection[Payload] | None = None,
+    upserted: Collection[Payload] | None = None,
 ) -> dict[str, dict[str, int]]:
     """``field_kinds`` of every candidate payload, from the base's (in its tantivy build
     manifest) less its payloads of the changed and removed chunks (``replaced``, when the caller
-    has read them) plus the upserted ones: exact, also when a removal leaves a field with fewer
-    kinds, without reading every payload."""
+    has read them) plus the upserted ones (``upserted``, when the caller has made them): exact,
+    also when a removal leaves a field with fewer kinds, without reading every payload."""
     before = read_build_manifest(base.layout.lexical)["field_kinds"]
     if replaced is None:
         replaced = replaced_payloads(base, plan)
-    upserted = index_payloads(plan.upserted_rows(chunks), context)
+    if upserted is None:
+        upserted = index_payloads(plan.upserted_rows(chunks), context)
     return combine_field_kinds((before, 1), (field_kinds(replaced), -1), (field_kinds(upserted), 1))
 
 
@@ -283,18 +288,28 @@ def replaced_payloads(base: IndexVersion, plan: DeltaPlan) -> list[Payload]:
     return list(FaissDenseStore.stored_payloads(base.layout.faiss, {*plan.upserted, *plan.deleted}).values())
 
 
+def kept_payloads(base: IndexVersion, plan: DeltaPlan) -> Iterator[Payload]:
+    """The base's payloads of the chunks a delta keeps unchanged, in the base's order, parsed one
+    at a time and not kept: a million of them at once took gigabytes."""
+    changed = pa.array([*plan.upserted, *plan.deleted], pa.string())
+    for batch in FaissDenseStore.stored_payload_batches(base.layout.faiss):
+        kept = batch.filter(pc.invert(pc.is_in(batch.column("chunk_id"), value_set=changed)))
+        yield from map(parse_payload, kept.column("payload").to_pylist())
+
+
 def candidate_payloads(
     base: IndexVersion, chunks: pd.DataFrame, plan: DeltaPlan, context: ContextTokenSettings | None = None
 ) -> tuple[list[Payload], list[str | None]]:
-    """The store payloads of every candidate chunk, in chunk order, and their JSON text where
-    the base saved it: the base's payload for an unchanged chunk (same row, same settings: the
-    same payload, without deriving it again), a new one (no text) for an upserted chunk."""
+    """The store payloads of ``chunks`` (candidate chunks), in their order, and their JSON text
+    where the base saved it: the base's payload for an unchanged chunk (same row, same settings:
+    the same payload, without deriving it again), a new one (no text) for an upserted chunk."""
     fresh = {payload["chunk_id"]: payload for payload in index_payloads(plan.upserted_rows(chunks), context)}
-    kept = FaissDenseStore.stored_payload_json(base.layout.faiss)
+    chunk_ids = chunks["chunk_id"].tolist()
+    kept = FaissDenseStore.stored_payload_json(base.layout.faiss, [c for c in chunk_ids if c not in fresh])
     payloads: list[Payload] = []
     texts: list[str | None] = []
     with collection_paused():
-        for chunk_id in chunks["chunk_id"].tolist():
+        for chunk_id in chunk_ids:
             payload = fresh.get(chunk_id)
             text: str | None = None
             if payload is None:
@@ -351,18 +366,20 @@ def delta_lexical_index(
     in place until the deleted documents its statistics still count pass
     ``REBUILD_DELETED_FRACTION`` of its documents."""
     plan, base = delta.plan, delta.base.layout.lexical
-    payloads, encoded = candidate_payloads(delta.base, chunks, plan, context)
+    upserted_payloads = index_payloads(plan.upserted_rows(chunks), context)
     replaced = replaced_payloads(delta.base, plan)
-    kinds = delta_field_kinds(delta.base, chunks, plan, context, replaced)
+    kinds = delta_field_kinds(delta.base, chunks, plan, context, replaced, upserted_payloads)
     _, base_manifest = read_manifest(base, TantivyLexicalStore.backend)
     field_types = validate_field_types(field_types_from_kinds(kinds))
     if base_manifest["format_version"] != TANTIVY_FORMAT_VERSION or base_manifest["field_types"] != field_types:
+        payloads, encoded = candidate_payloads(delta.base, chunks, plan, context)
         return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
     # Documents each tenant's index loses: its deleted chunks and the old rows of its changed ones.
     removed = Counter(str(payload["tenant_id"]) for payload in replaced)
     upserted = set(plan.upserted)
-    touched = set(removed) | {str(p["tenant_id"]) for p in payloads if p["chunk_id"] in upserted}
-    live = Counter(str(p["tenant_id"]) for p in payloads)
+    touched = set(removed) | {str(p["tenant_id"]) for p in upserted_payloads}
+    tenants = chunks["tenant_id"].astype(str)
+    live = Counter(tenants.tolist())
     counted = {t: n for t, n in read_build_manifest(base).get("deleted_in_statistics", {}).items() if t in live}
     patched: set[str] = set()
     if _is_approximate(delta.base):
@@ -370,12 +387,11 @@ def delta_lexical_index(
     rebuilt = touched - patched
     store = TantivyLexicalStore.open_linked(base, path, set(base_manifest["tenant_dirs"]) - rebuilt)
     store.delete(plan.deleted)
-    added = [
-        (payload, text)
-        for payload, text in zip(payloads, encoded, strict=True)
-        if payload["tenant_id"] in rebuilt or (payload["tenant_id"] in patched and payload["chunk_id"] in upserted)
-    ]
-    store.add([payload for payload, _ in added], [text for _, text in added])
+    # Payloads are made only for what is written: a rebuilt tenant's every chunk, a patched
+    # tenant's upserted ones (the whole candidate's payloads at once took 8 GB at a million chunks).
+    written = tenants.isin(rebuilt) | (tenants.isin(patched) & chunks["chunk_id"].isin(upserted))
+    added, encoded = candidate_payloads(delta.base, chunks[written.to_numpy(dtype=bool)], plan, context)
+    store.add(added, encoded)
     fault_point("tantivy_index")
     store.finalize()
     for tenant in rebuilt:
@@ -384,7 +400,7 @@ def delta_lexical_index(
         counted[tenant] = counted.get(tenant, 0) + removed[tenant]
     write_lexical_manifest(
         store,
-        payloads,
+        chain(upserted_payloads, kept_payloads(delta.base, plan)),
         kinds,
         base_version=delta.base.id,
         rebuilt_tenants=sorted(rebuilt),

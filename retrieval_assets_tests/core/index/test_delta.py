@@ -358,6 +358,11 @@ def test_an_approximate_versions_delta_patches_a_changed_tenant_in_place_until_i
     manifest = read_build_manifest(tmp_path / "patched")
     assert (manifest["rebuilt_tenants"], manifest["patched_tenants"]) == ([], ["default"])
     assert manifest["deleted_in_statistics"] == {"default": 2}
+    # The facets the NL filter parser reads are the full build's, though no payload was rebuilt.
+    whole = read_build_manifest(tmp_path / "full")
+    assert {k: manifest[k] for k in ("count", "facets", "tenant_facets", "field_kinds")} == {
+        k: whole[k] for k in ("count", "facets", "tenant_facets", "field_kinds")
+    }
     with TantivyLexicalStore.open(base.layout.lexical) as after:
         assert _bm25(after) == base_answers
 

@@ -398,6 +398,20 @@ class FaissDenseStore(DenseStore):
         return dict(zip(table.column("chunk_id").to_pylist(), table.column("payload").to_pylist(), strict=True))
 
     @staticmethod
+    def stored_payload_batches(path: str | os.PathLike[str]) -> Iterator[pa.RecordBatch]:
+        """The payloads saved at ``path`` (chunk id and JSON text), a record batch at a time,
+        each read into memory and let go: pages of a mapped file would stay in the process's RSS."""
+        directory, _ = read_manifest(path, FaissDenseStore.backend)
+        columns = ["chunk_id", "payload"]
+        if _legacy_payload_table(directory) is not None:
+            yield from pq.ParquetFile(directory / LEGACY_PAYLOAD_FILE).iter_batches(columns=columns)
+            return
+        with pa.OSFile(str(directory / PAYLOAD_FILE)) as source:
+            reader = pa.ipc.open_file(source)
+            for number in range(reader.num_record_batches):
+                yield reader.get_batch(number).select(columns)
+
+    @staticmethod
     def stored_payloads(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, Payload]:
         """``stored_payload_json``, parsed."""
         texts = FaissDenseStore.stored_payload_json(path, chunk_ids)

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from retrieval_assets.core.stores.base import parse_payload
 from retrieval_assets.core.stores.faiss import store as store_module
 from retrieval_assets.core.stores.faiss.store import (
     LEGACY_PAYLOAD_FILE,
@@ -54,6 +55,27 @@ def test_faiss_stored_payloads_are_read_without_the_index(tmp_path):
         store.upsert_dense(PAYLOADS, VECTORS)
     assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
     assert FaissDenseStore.stored_payloads(path, {CHUNK_IDS[2], "no-such-chunk#0"}) == {CHUNK_IDS[2]: PAYLOADS[2]}
+
+
+def _batched_payloads(path) -> dict[str, dict]:
+    batches = list(FaissDenseStore.stored_payload_batches(path))
+    assert all(batch.schema.names == ["chunk_id", "payload"] for batch in batches)
+    return {
+        chunk_id: parse_payload(text)
+        for batch in batches
+        for chunk_id, text in zip(
+            batch.column("chunk_id").to_pylist(), batch.column("payload").to_pylist(), strict=True
+        )
+    }
+
+
+def test_faiss_stored_payloads_are_read_a_batch_at_a_time_from_either_file(tmp_path):
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    assert _batched_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
+    _saved_as_legacy_parquet(path, drop_doc_id=False)
+    assert _batched_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
 
 
 def test_faiss_payloads_stay_json_until_a_hit_is_shown(tmp_path):
