@@ -24,7 +24,7 @@ from retrieval_assets.core.embed.vectors import (
     dense_matrices,
     sparse_slices,
 )
-from retrieval_assets.core.io.tables import parquet_row_slices
+from retrieval_assets.core.io.tables import parquet_batches, parquet_row_slices
 from retrieval_assets.core.models import SparseVector
 
 # A slice of a build: chunk rows, their dense matrix, their sparse vectors (None without a sparse table).
@@ -113,5 +113,5 @@ def _chunk_ids(path: Path) -> pa.ChunkedArray:
 
 def _stored_dim(dense: Path) -> int:
     """The length of a stored dense table's vectors (0 for an empty table)."""
-    first = next(pq.ParquetFile(dense).iter_batches(batch_size=1, columns=["embedding"]), None)
+    first = next(parquet_batches(dense, 1, ["embedding"]), None)
     return len(first.column(0)[0]) if first is not None and first.num_rows else 0

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from retrieval_assets.core.io.tables import parquet_batches
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
     DenseStore,
@@ -404,7 +405,7 @@ class FaissDenseStore(DenseStore):
         directory, _ = read_manifest(path, FaissDenseStore.backend)
         columns = ["chunk_id", "payload"]
         if _legacy_payload_table(directory) is not None:
-            yield from pq.ParquetFile(directory / LEGACY_PAYLOAD_FILE).iter_batches(columns=columns)
+            yield from parquet_batches(directory / LEGACY_PAYLOAD_FILE, PAYLOAD_BATCH_ROWS, columns)
             return
         with pa.OSFile(str(directory / PAYLOAD_FILE)) as source:
             reader = pa.ipc.open_file(source)
