@@ -21,6 +21,7 @@ from typing import overload
 
 import numpy as np
 import pandas as pd
+from pandas.api.extensions import ExtensionArray
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.cache import (
@@ -52,7 +53,7 @@ def _embed(
     keys = chunks["content_hash"].tolist()
     if not all(isinstance(key, str) and key for key in keys):
         raise ValueError("chunks lack a content_hash: make them with chunk_documents")
-    texts = ChunkTexts(chunks["title"].fillna("").to_numpy(), chunks["text"].to_numpy())
+    texts = ChunkTexts(chunks["title"].array, chunks["text"].array)
     values, stats = encode_with_cache(keys, texts, encode_block, cache, block_rows=block_rows, progress=progress)
     values.insert(0, "chunk_id", pd.Series(chunks["chunk_id"].to_numpy(), dtype="string"))
     return values[columns], stats
@@ -65,10 +66,11 @@ DENSE_CHUNK_COLUMNS = [*SPARSE_CHUNK_COLUMNS, "doc_id", "tenant_id", "vectors"]
 
 
 class ChunkTexts(Sequence[str]):
-    """Chunks' embedding texts, each made when asked for: the cache holds most chunks' vectors
-    in a nightly run, and made up front, 200k ACL chunks' texts took 523 MB (a script)."""
+    """Chunks' embedding texts, each made when asked for from the chunk table's own columns: the
+    cache holds most chunks' vectors in a nightly run, and made up front, 200k ACL chunks' texts
+    took 523 MB (a script); the columns as Python strings are about as large again."""
 
-    def __init__(self, titles: np.ndarray, texts: np.ndarray) -> None:
+    def __init__(self, titles: ExtensionArray | np.ndarray, texts: ExtensionArray | np.ndarray) -> None:
         self._titles, self._texts = titles, texts
 
     def __len__(self) -> int:
@@ -81,7 +83,8 @@ class ChunkTexts(Sequence[str]):
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return embedding_text(self._titles[index], self._texts[index])
+        title = self._titles[index]
+        return embedding_text(title if isinstance(title, str) else None, str(self._texts[index]))
 
 
 # Chunk ids named per kind of unused vector in ``PrecomputedStats.examples``.

@@ -67,6 +67,9 @@ def test_only_the_texts_of_missing_keys_are_made(tmp_path: Path) -> None:
 
     texts = Texts(np.array(["T", "", "T"], dtype=object), np.array(["body a", "body c", "body b"], dtype=object))
     assert list(ChunkTexts(np.array(["T", ""], dtype=object), np.array(["x", "y"], dtype=object))) == ["T\nx", "y"]
+    # A chunk table's own Arrow-backed columns, a missing title included, are read as they are.
+    stored = pd.DataFrame({"title": ["T", None], "text": ["x", "y"]}, dtype="string")
+    assert list(ChunkTexts(stored["title"].array, stored["text"].array)) == ["T\nx", "y"]
 
     def encode(block, _report):
         return pd.DataFrame({"embedding": [np.full(3, 100, dtype=np.float32) for _ in block]})
