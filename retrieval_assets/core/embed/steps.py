@@ -68,7 +68,8 @@ DENSE_CHUNK_COLUMNS = [*SPARSE_CHUNK_COLUMNS, "doc_id", "tenant_id", "vectors"]
 class ChunkTexts(Sequence[str]):
     """Chunks' embedding texts, each made when asked for from the chunk table's own columns: the
     cache holds most chunks' vectors in a nightly run, and made up front, 200k ACL chunks' texts
-    took 523 MB (a script); the columns as Python strings are about as large again."""
+    took 523 MB (a script), and turning the columns into Python strings first made a fully cached
+    SPLADE step's work over them 11.7 s instead of 2.8 s."""
 
     def __init__(self, titles: ExtensionArray | np.ndarray, texts: ExtensionArray | np.ndarray) -> None:
         self._titles, self._texts = titles, texts
