@@ -25,6 +25,7 @@ from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, p
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
+    RECORD_BLOCK_ROWS,
     empty_frame,
     frame_to_raw_rows,
     write_parquet,
@@ -34,7 +35,6 @@ from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
 CHUNKS_FILE = "chunks.parquet"
-KEY_BLOCK_ROWS = 8192
 
 
 def _source_hash(*parts: object) -> str:
@@ -43,8 +43,8 @@ def _source_hash(*parts: object) -> str:
 
 def _row_keys(raw: pd.DataFrame, salt: str) -> Iterator[str]:
     """Each raw row's memo key, its text taken into Python a block of rows at a time."""
-    for start in range(0, len(raw), KEY_BLOCK_ROWS):
-        block = raw.iloc[start : start + KEY_BLOCK_ROWS]
+    for start in range(0, len(raw), RECORD_BLOCK_ROWS):
+        block = raw.iloc[start : start + RECORD_BLOCK_ROWS]
         for text, error in zip(block["raw"].tolist(), block["utf8_error"].tolist(), strict=True):
             yield hashlib.blake2b(f"{salt}{int(error)}{text}".encode(), digest_size=16).hexdigest()
 
