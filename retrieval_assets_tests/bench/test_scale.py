@@ -35,7 +35,7 @@ def test_bench_scale_builds_a_grown_approximate_version_and_prints_its_figures(
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert CONTRACT <= set(figures)
     assert figures == {**json.loads((tmp_path / "figures.json").read_text())}
-    assert figures["chunks"] >= 300 and figures["dense_index"] == "hnsw" and figures["base_documents"] == 15
+    assert figures["chunks"] >= 300 and figures["dense_index"] == "ivf" and figures["base_documents"] == 15
     # Every grown chunk's vectors were seeded from the base's: the build encoded no chunk.
     assert (figures["build_encoded"]["dense"], figures["build_encoded"]["sparse"]) == (0, 0)
     assert figures["filtered_share"] == pytest.approx(0.1, abs=0.02)

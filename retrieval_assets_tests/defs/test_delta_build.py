@@ -188,8 +188,8 @@ def test_small_change_is_a_delta_that_answers_as_a_full_build(tmp_path: Path) ->
 def test_a_delta_of_an_approximate_version_patches_its_indexes_and_finds_what_a_full_build_finds(
     tmp_path: Path,
 ) -> None:
-    """With HNSW (every version approximate here), the delta adds and removes vectors in the
-    base's graph instead of rebuilding it: the replaced and removed chunks are tombstones. Its
+    """With IVF (every version approximate here), the delta adds and removes vectors in the
+    base's index instead of rebuilding it: the replaced and removed chunks are tombstones. Its
     tantivy index is the base's patched in place, counting the documents it deleted."""
     approximate = IndexBuildResource(  # type: ignore[call-arg]
         delta_max_changed_fraction=0.2, dense_index=DenseIndexConfig(approximate_from_chunks=0)
@@ -198,7 +198,7 @@ def test_a_delta_of_an_approximate_version_patches_its_indexes_and_finds_what_a_
     lexical = read_build_manifest(delta.layout.lexical)
     assert (lexical["patched_tenants"], lexical["rebuilt_tenants"]) == (["default"], [])
     assert lexical["deleted_in_statistics"] == {"default": 3}
-    assert read_build_manifest(delta.layout.faiss)["index_type"] == "hnsw"
+    assert read_build_manifest(delta.layout.faiss)["index_type"] == "ivf"
     # Two changed chunks were replaced and one removed; the new document's chunk is simply added.
     assert read_build_manifest(delta.layout.faiss)["tombstones"] == 3
     assert read_build_manifest(full.layout.faiss)["tombstones"] == 0

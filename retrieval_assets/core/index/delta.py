@@ -411,10 +411,10 @@ def delta_lexical_index(
 
 
 def _is_approximate(version: IndexVersion) -> bool:
-    """Whether ``version``'s dense index is approximate (HNSW): a large version, whose deltas
-    patch the lexical index in place as well."""
+    """Whether ``version``'s dense index is approximate (IVF or HNSW): a large version, whose
+    deltas patch the lexical index in place as well."""
     _, manifest = read_manifest(version.layout.faiss, FaissDenseStore.backend)
-    return bool(manifest.get("index_type") == "hnsw")
+    return manifest.get("index_type", "flat") != "flat"
 
 
 def delta_term_counts(delta: Delta, chunks: pd.DataFrame) -> pd.DataFrame:

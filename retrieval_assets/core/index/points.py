@@ -38,11 +38,16 @@ class PointTables:
     count: int
     dim: int
     _chunk_slices: Callable[[int], Iterator[pd.DataFrame]]
+    _dense_slices: Callable[[int], Iterator[np.ndarray]]
     _point_slices: Callable[[int], Iterator[PointSlice]]
 
     def chunks(self, rows: int) -> Iterator[pd.DataFrame]:
         """The chunk rows only, ``rows`` at a time (no vector is read)."""
         return self._chunk_slices(rows)
+
+    def dense(self, rows: int) -> Iterator[np.ndarray]:
+        """The dense vectors only, in the chunks' order, ``rows`` at a time."""
+        return self._dense_slices(rows)
 
     def slices(self, rows: int) -> Iterator[PointSlice]:
         """The chunk rows with their vectors, ``rows`` at a time."""
@@ -57,11 +62,14 @@ class PointTables:
             for start in range(0, len(chunks), rows):
                 yield chunks.iloc[start : start + rows]
 
+        def dense_slices(rows: int) -> Iterator[np.ndarray]:
+            return dense_matrices(dense, ids, rows)
+
         def point_slices(rows: int) -> Iterator[PointSlice]:
             sparse_parts = sparse_slices(sparse, ids, rows) if sparse is not None else None
-            return _joined(chunk_slices(rows), dense_matrices(dense, ids, rows), sparse_parts)
+            return _joined(chunk_slices(rows), dense_slices(rows), sparse_parts)
 
-        return cls(len(chunks), dense_dim(dense), chunk_slices, point_slices)
+        return cls(len(chunks), dense_dim(dense), chunk_slices, dense_slices, point_slices)
 
     @classmethod
     def stored(cls, chunks: Path, dense: Path, sparse: Path | None = None) -> PointTables:
@@ -79,11 +87,11 @@ class PointTables:
             for part in parquet_row_slices(chunks, rows):
                 yield part.to_pandas()
 
+        def dense_slices(rows: int) -> Iterator[np.ndarray]:
+            for part in parquet_row_slices(dense, rows, ["embedding"]):
+                yield arrow_dense_matrix(part.column("embedding").combine_chunks())
+
         def point_slices(rows: int) -> Iterator[PointSlice]:
-            dense_parts = (
-                arrow_dense_matrix(part.column("embedding").combine_chunks())
-                for part in parquet_row_slices(dense, rows, ["embedding"])
-            )
             sparse_parts = (
                 (
                     arrow_sparse_vectors(*(part.column(name).combine_chunks() for name in ("indices", "values")))
@@ -92,9 +100,9 @@ class PointTables:
                 if sparse is not None
                 else None
             )
-            return _joined(chunk_slices(rows), dense_parts, sparse_parts)
+            return _joined(chunk_slices(rows), dense_slices(rows), sparse_parts)
 
-        return cls(pq.read_metadata(chunks).num_rows, _stored_dim(dense), chunk_slices, point_slices)
+        return cls(pq.read_metadata(chunks).num_rows, _stored_dim(dense), chunk_slices, dense_slices, point_slices)
 
 
 def _joined(

@@ -92,11 +92,22 @@ def test_the_seal_checks_the_backends_against_the_candidates_chunk_table(built) 
     assert version.sealed and (manifest["chunks"], manifest["documents"]) == (len(chunks), chunks["doc_id"].nunique())
 
 
-@pytest.mark.parametrize(("extra", "index_type"), [(0, "hnsw"), (1, "flat")])
-def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path: Path, extra, index_type) -> None:
+@pytest.mark.parametrize(
+    ("extra", "approximate_index", "index_type"), [(0, "ivf", "ivf"), (0, "hnsw", "hnsw"), (1, "ivf", "flat")]
+)
+def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_the_approximate_index(
+    tmp_path: Path, extra, approximate_index, index_type
+) -> None:
     chunks = _chunks()
     dense, _ = _vectors(chunks)
-    settings = DenseIndexSettings(approximate_from_chunks=len(chunks) + extra, hnsw_m=8, hnsw_ef_search=16)
+    settings = DenseIndexSettings(
+        approximate_from_chunks=len(chunks) + extra,
+        approximate_index=approximate_index,
+        hnsw_m=8,
+        hnsw_ef_search=16,
+        ivf_lists=2,
+        ivf_probes=2,
+    )
     tables = PointTables.in_memory(chunks, dense)
     store = build_faiss_index(tmp_path / "faiss", tables, "dense-model", dense_index=settings)
     store.close()
@@ -104,6 +115,29 @@ def test_a_version_of_approximate_from_chunks_chunks_or_more_gets_hnsw(tmp_path:
     assert (reopened.index_type, read_build_manifest(tmp_path / "faiss")["index_type"]) == (index_type, index_type)
     if index_type == "hnsw":
         assert reopened.ef_search == 16
+    if index_type == "ivf":
+        assert reopened.is_trained and reopened.ivf_probes == 2
+    # Every chunk is its own nearest neighbour, whichever index holds it.
+    for chunk_id in chunks["chunk_id"]:
+        assert reopened.search_dense(dense_matrix(dense, [chunk_id])[0], 1)[0].chunk_id == chunk_id
+
+
+def test_ivf_cells_follow_the_chunk_count_unless_set() -> None:
+    settings = DenseIndexSettings()
+    counts = (0, 20, 10_000, 100_000, 200_000, 1_000_000)
+    assert [settings.lists_for(n) for n in counts] == [1, 1, 256, 1024, 2048, 4096]
+    assert DenseIndexSettings(ivf_lists=7).lists_for(1_000_000) == 7
+
+
+def test_an_ivf_training_sample_is_drawn_from_every_slice(tmp_path: Path, monkeypatch) -> None:
+    chunks = _chunks()
+    dense, _ = _vectors(chunks)
+    tables = PointTables.in_memory(chunks, dense)
+    monkeypatch.setattr(build_module, "FAISS_SLICE_ROWS", 2)
+    every = dense_matrix(dense, chunks["chunk_id"].tolist())
+    assert np.array_equal(build_module.training_sample(tables, len(chunks)), every)
+    drawn = build_module.training_sample(tables, len(chunks) // 2, seed=1)
+    assert 0 < len(drawn) < len(chunks)
 
 
 def test_a_build_written_in_slices_equals_one_written_at_once(tmp_path: Path, monkeypatch) -> None:

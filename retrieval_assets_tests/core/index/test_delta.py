@@ -271,10 +271,12 @@ def test_only_an_approximate_version_is_named_by_its_dense_index_settings() -> N
     exact = candidate_fingerprints(*args)
     assert candidate_fingerprints(*args, dense_index=DenseIndexSettings(hnsw_m=8)) == exact
     approximate = candidate_fingerprints(*args, dense_index=DenseIndexSettings(approximate_from_chunks=len(table)))
-    # Crossing the threshold changes the settings fingerprint, so no delta mixes flat and HNSW.
+    # Crossing the threshold changes the settings fingerprint, so no delta mixes flat and approximate.
     assert approximate[0] != exact[0] and approximate[1] != exact[1]
     other_graph = DenseIndexSettings(approximate_from_chunks=len(table), hnsw_ef_search=64)
     assert candidate_fingerprints(*args, dense_index=other_graph)[1] != approximate[1]
+    other_probes = DenseIndexSettings(approximate_from_chunks=len(table), ivf_probes=8)
+    assert candidate_fingerprints(*args, dense_index=other_probes)[1] != approximate[1]
 
 
 # --- the lexical index of a delta, tenant by tenant ----------------------------------------------

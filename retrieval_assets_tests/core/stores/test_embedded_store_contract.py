@@ -34,7 +34,7 @@ from retrieval_assets_tests.core.stores.embedded_corpus import (
     brute_force,
 )
 
-DENSE_KINDS = ["faiss-flat", "faiss-hnsw", "qdrant-edge"]
+DENSE_KINDS = ["faiss-flat", "faiss-ivf", "faiss-hnsw", "qdrant-edge"]
 
 
 def create_dense(kind: str, path: Path, dim: int = DIM, overwrite: bool = False) -> DenseStore:
@@ -42,6 +42,8 @@ def create_dense(kind: str, path: Path, dim: int = DIM, overwrite: bool = False)
         return FaissDenseStore.create(path, dim, overwrite=overwrite)
     if kind == "faiss-hnsw":
         return FaissDenseStore.create(path, dim, index_type="hnsw", hnsw_m=8, overwrite=overwrite)
+    if kind == "faiss-ivf":  # every cell probed: the contract's exact answers hold
+        return FaissDenseStore.create(path, dim, index_type="ivf", ivf_lists=2, ivf_probes=2, overwrite=overwrite)
     return QdrantEdgeStore.create(path, dim, field_types=FIELD_TYPES, overwrite=overwrite)
 
 

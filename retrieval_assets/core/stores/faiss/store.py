@@ -1,4 +1,4 @@
-"""FAISS dense store: exact (flat) or approximate (HNSW) inner product on L2-normalised vectors.
+"""FAISS dense store: exact (flat) or approximate (IVF or HNSW) inner product on L2-normalised vectors.
 
 On disk: ``index.faiss`` (an ``IndexIDMap2`` keyed by ``point_int64(chunk_id)``),
 ``payloads.arrow`` (an uncompressed Arrow IPC file, one row per live vector, in the index's
@@ -11,15 +11,21 @@ the store took 1.5 GB of a serving process while it held every payload as a pars
 with their JSON read from Parquet into memory, and 0.6 GB this way (docs/benchmarks/scale.md).
 Versions saved before the IPC file hold ``payloads.parquet`` instead, which is read whole.
 Filters are evaluated over the payloads and handed to FAISS as an ``IDSelector``, so the
-search itself only considers matching vectors. On an HNSW index, a filter that keeps few rows
-(a tenant's share, say) is answered by an exact scan of those rows: a graph walk meets too few
-allowed nodes to find their nearest ones (measured: recall@10 0.134 for a 10 % tenant at 200k
-chunks with efSearch 128). A wider filter walks the graph with efSearch raised in proportion.
+search itself only considers matching vectors. On an approximate index, a filter that keeps few
+rows (a tenant's share, say) is answered by an exact scan of those rows: a graph walk meets too
+few allowed nodes to find their nearest ones (measured: recall@10 0.134 for a 10 % tenant at 200k
+chunks with efSearch 128). A wider filter walks the graph with efSearch, or scans IVF cells with
+their number, raised in proportion.
 
-An HNSW graph cannot remove a node, so a deleted (or replaced) vector of an HNSW index becomes a
-tombstone: its id in the ``IndexIDMap2`` is set to ``TOMBSTONE`` and every search excludes it.
-A delta build therefore adds and removes a few vectors without rebuilding the graph; the graph
-is rebuilt from the live vectors only when tombstones pass ``COMPACT_TOMBSTONE_FRACTION``.
+An IVF index (``IndexIVFFlat``) keeps each vector, whole, in the list of its nearest k-means
+cell; a query scores exactly every vector of its ``ivf_probes`` nearest cells. Its cells are
+trained once, on a sample of the first build's vectors (``train``), and kept by every delta.
+
+Neither approximate index is asked to remove a vector (an HNSW graph cannot, and an IVF index
+behind an ``IndexIDMap2`` would renumber the map's positions), so a deleted or replaced vector
+becomes a tombstone: its id in the ``IndexIDMap2`` is set to ``TOMBSTONE`` and every search
+excludes it. A delta build therefore adds and removes a few vectors without rebuilding the index;
+it is rebuilt from the live vectors only when tombstones pass ``COMPACT_TOMBSTONE_FRACTION``.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from retrieval_assets.core.stores.base import (
 )
 from retrieval_assets.core.stores.filters import MetadataFilter
 
-IndexType = Literal["flat", "hnsw"]
+IndexType = Literal["flat", "ivf", "hnsw"]
 INDEX_FILE = "index.faiss"
 PAYLOAD_FILE = "payloads.arrow"
 # Saved before 2026-11-27: Parquet, read into memory whole (200,000 payloads, 254 MB of Arrow
@@ -66,10 +72,10 @@ PAYLOAD_FILE = "payloads.arrow"
 LEGACY_PAYLOAD_FILE = "payloads.parquet"
 # Rows per record batch of the payload file: appending a delta's rows and filtering copy batches.
 PAYLOAD_BATCH_ROWS = 16_384
-# The id of a removed HNSW vector; point ids are non-negative (``point_int64``).
+# The id of a removed vector of an approximate index; point ids are non-negative (``point_int64``).
 TOMBSTONE = -2
-# Above this share of tombstones a save rebuilds the HNSW graph from the live vectors: each one
-# costs a graph walk a detour, and memory.
+# Above this share of tombstones a save rebuilds an approximate index from the live vectors: each
+# one costs a graph walk a detour or an IVF scan a score, and memory.
 COMPACT_TOMBSTONE_FRACTION = 0.2
 # Distinct filters whose matching rows a store keeps (a tenant's scope repeats on every query).
 FILTER_CACHE_SIZE = 64
@@ -248,7 +254,7 @@ class FaissDenseStore(DenseStore):
     """Dense vectors in FAISS, payloads in a Parquet sidecar. Scores are cosine similarities."""
 
     backend = "faiss"
-    # A filtered HNSW search scans the matching rows exactly when they are at most this many or
+    # A filtered approximate search scans the matching rows exactly when they are at most this many or
     # this share of the rows. The scan checks each stored vector against a bitmap and scores
     # only the allowed ones, so it costs about that share of an exact search of the whole index.
     exact_filter_max_rows = 10_000
@@ -269,13 +275,15 @@ class FaissDenseStore(DenseStore):
         self.dim: int = manifest["dim"]
         self.index_type: IndexType = manifest["index_type"]
         self.ef_search: int = manifest["ef_search"]
+        # Saved before IVF existed: a flat or HNSW index, which reads neither.
+        self.ivf_probes: int = manifest.get("ivf_probes", 1)
         self._index = index
         # One entry per live row, in the index's order: Arrow strings, not a Python object per row.
         self._chunk_ids = _appended(pa.chunked_array([], pa.string()), chunk_ids)
         self._doc_ids = _appended(pa.chunked_array([], pa.string()), doc_ids)
         self._payloads = payloads
         # Each live row's position in the index (rows of a flat index are its positions; an
-        # HNSW index also holds tombstones between them), and the point id of each.
+        # approximate index also holds tombstones between them), and the point id of each.
         self._positions = np.flatnonzero(_id_map(index) != TOMBSTONE).astype(np.int64)
         self._ids = _id_map(index)[self._positions].copy()
         self._id_lookup: tuple[np.ndarray, np.ndarray] | None = None  # see ``_rows_of``
@@ -292,13 +300,18 @@ class FaissDenseStore(DenseStore):
         hnsw_m: int = 32,
         ef_construction: int = 40,
         ef_search: int = 64,
+        ivf_lists: int = 1,
+        ivf_probes: int = 32,
         overwrite: bool = False,
     ) -> FaissDenseStore:
-        """A new, empty index at ``path`` (saved at once, so ``open`` works straight away)."""
+        """A new, empty index at ``path`` (saved at once, so ``open`` works straight away). An
+        IVF index is trained by ``train``, or else on the vectors of its first write."""
         if dim < 1:
             raise ValueError(f"dim must be positive, got {dim}")
-        if index_type not in ("flat", "hnsw"):
-            raise ValueError(f"index_type must be 'flat' or 'hnsw', got {index_type!r}")
+        if index_type not in ("flat", "ivf", "hnsw"):
+            raise ValueError(f"index_type must be 'flat', 'ivf' or 'hnsw', got {index_type!r}")
+        if ivf_lists < 1 or ivf_probes < 1:
+            raise ValueError(f"ivf_lists and ivf_probes must be positive, got {ivf_lists} and {ivf_probes}")
         directory = prepare_index_dir(path, overwrite)
         manifest = {
             "backend": cls.backend,
@@ -310,6 +323,8 @@ class FaissDenseStore(DenseStore):
             "hnsw_m": hnsw_m,
             "ef_construction": ef_construction,
             "ef_search": ef_search,
+            "ivf_lists": ivf_lists,
+            "ivf_probes": ivf_probes,
         }
         no_ids = pa.array([], pa.string())
         store = cls(directory, _new_index(manifest), no_ids, no_ids, PayloadTexts(), manifest)
@@ -344,11 +359,29 @@ class FaissDenseStore(DenseStore):
 
     @property
     def tombstones(self) -> int:
-        """Removed vectors an HNSW index still holds (always 0 for a flat index)."""
+        """Removed vectors an approximate index still holds (always 0 for a flat index)."""
         return int(self._index.ntotal) - len(self._chunk_ids)
 
     def chunk_ids(self) -> set[str]:
         return set(self._chunk_ids.to_pylist())
+
+    @property
+    def is_trained(self) -> bool:
+        """Whether vectors can be added: always, but to an IVF index whose cells are not yet trained."""
+        return bool(self._index.is_trained)
+
+    def train(self, vectors: np.ndarray) -> None:
+        """Train an IVF index's cells (k-means) on ``vectors``, a sample of what it will hold;
+        nothing to do for another index, or one already trained."""
+        if self.is_trained:
+            return
+        lists = self._manifest["ivf_lists"]
+        matrix = as_vector_matrix(vectors, self.dim, len(vectors)).copy()
+        if len(matrix) < lists:
+            raise ValueError(f"{self.directory}: {lists} IVF cells need {lists} training vectors, got {len(matrix)}")
+        faiss.normalize_L2(matrix)
+        self._index.train(matrix)
+        self._dirty = True
 
     def upsert_dense(self, payloads: Sequence[Payload], vectors: np.ndarray) -> None:
         """Add points; a chunk_id already present is replaced. Saved by ``finalize``."""
@@ -356,6 +389,7 @@ class FaissDenseStore(DenseStore):
         matrix = as_vector_matrix(vectors, self.dim, len(payloads)).copy()  # normalised in place
         faiss.normalize_L2(matrix)
         ids = np.array([point_int64(p["chunk_id"]) for p in payloads], dtype=np.int64)
+        self.train(matrix)
         rows = self._rows_of(ids)
         replaced = rows[rows >= 0]
         for payload, row in zip(payloads, rows, strict=True):
@@ -428,8 +462,8 @@ class FaissDenseStore(DenseStore):
             rows = np.flatnonzero(self._payload_columns().mask(filters))
             if rows.size == 0:
                 return []
-            if self.index_type == "hnsw":
-                return self._search_hnsw_rows(query, rows, top_k)
+            if self.index_type != "flat":
+                return self._search_approximate_rows(query, rows, top_k)
             return self._search(query, top_k, faiss.IDSelectorBatch(self._ids[rows]))
         if self.tombstones:
             return self._search(query, top_k, faiss.IDSelectorRange(0, np.iinfo(np.int64).max))  # all but TOMBSTONE
@@ -443,6 +477,8 @@ class FaissDenseStore(DenseStore):
             params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
                 sel=selector, efSearch=max(self.ef_search, top_k)
             )
+        elif self.index_type == "ivf":
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=self.ivf_probes)  # type: ignore[call-arg]
         else:
             params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
         # One query vector: OpenMP threads only add wake-up latency and contend with the query
@@ -454,14 +490,13 @@ class FaissDenseStore(DenseStore):
         rows = self._rows_of(ids[0][found])
         return [self._hit(int(row), float(score)) for row, score in zip(rows, scores[0][found], strict=True)]
 
-    def _search_hnsw_rows(self, query: np.ndarray, rows: np.ndarray, top_k: int) -> list[StoreHit]:
-        """The ``top_k`` nearest of ``rows`` in an HNSW index: an exact scan of them when they
-        are few (``exact_filter_max_rows``, ``exact_filter_max_share``), else a graph walk whose
-        efSearch grows as the filter's share shrinks, so that it meets about as many allowed
-        nodes as an unfiltered walk."""
+    def _search_approximate_rows(self, query: np.ndarray, rows: np.ndarray, top_k: int) -> list[StoreHit]:
+        """The ``top_k`` nearest of ``rows`` in an approximate index: an exact scan of them when
+        they are few (``exact_filter_max_rows``, ``exact_filter_max_share``), else a graph walk
+        whose efSearch, or an IVF scan whose cells, grow as the filter's share shrinks, so that it
+        meets about as many allowed vectors as an unfiltered search."""
         share = rows.size / len(self._chunk_ids)
-        # Only "hnsw" stores come here, whose inner index is an IndexHNSWFlat (``_new_index``).
-        hnsw = cast(faiss.IndexHNSW, faiss.downcast_index(self._index.index))
+        # ``rows`` ascend (a mask's nonzero rows), and so do their positions in the index.
         positions = self._positions[rows]
         allowed = np.zeros(int(self._index.ntotal), dtype=bool)
         allowed[positions] = True
@@ -469,24 +504,28 @@ class FaissDenseStore(DenseStore):
         # The selector reads ``bitmap``'s memory, which this frame keeps alive until the search returns.
         selector = faiss.IDSelectorBitmap(bitmap.size, faiss.swig_ptr(bitmap))
         faiss.omp_set_num_threads(1)
-        k = min(top_k, rows.size)
-        params: faiss.SearchParameters
-        if rows.size <= self.exact_filter_max_rows or share <= self.exact_filter_max_share:
-            index: faiss.Index = hnsw.storage
-            # faiss's stub lacks the keyword arguments faiss's Python wrapper accepts.
-            params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
-        else:
-            index = hnsw
-            params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
-                sel=selector, efSearch=math.ceil(max(self.ef_search, top_k) / share)
-            )
-        scores, found = index.search(query, k, params=params)
-        row_at = dict(zip(positions.tolist(), rows.tolist(), strict=True))
-        return [
-            self._hit(row_at[int(position)], float(score))
-            for score, position in zip(scores[0], found[0], strict=True)
-            if position != -1
-        ]
+        exact = rows.size <= self.exact_filter_max_rows or share <= self.exact_filter_max_share
+        index, params = self._filtered_search(selector, 0.0 if exact else share, top_k)
+        scores, found = index.search(query, min(top_k, rows.size), params=params)
+        hits = found[0] != -1
+        at = np.searchsorted(positions, found[0][hits])
+        return [self._hit(int(row), float(score)) for row, score in zip(rows[at], scores[0][hits], strict=True)]
+
+    def _filtered_search(
+        self, selector: faiss.IDSelector, share: float, top_k: int
+    ) -> tuple[faiss.Index, faiss.SearchParameters]:
+        """The inner index and parameters of a search of the positions ``selector`` allows:
+        exact when ``share`` is 0, else widened by ``1 / share``."""
+        inner = faiss.downcast_index(self._index.index)
+        # faiss's stub lacks the parameter classes and the keyword arguments its Python wrapper accepts.
+        if isinstance(inner, faiss.IndexIVF):
+            probes = inner.nlist if not share else min(inner.nlist, math.ceil(self.ivf_probes / share))
+            return inner, faiss.SearchParametersIVF(sel=selector, nprobe=probes)  # type: ignore[call-arg]
+        hnsw = cast(faiss.IndexHNSW, inner)
+        if not share:  # every stored vector checked against the selector, only the allowed ones scored
+            return hnsw.storage, faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
+        ef_search = math.ceil(max(self.ef_search, top_k) / share)
+        return hnsw, faiss.SearchParametersHNSW(sel=selector, efSearch=ef_search)  # type: ignore[attr-defined]
 
     def finalize(self) -> None:
         """Save the index, payloads and manifest if anything changed."""
@@ -544,9 +583,19 @@ class FaissDenseStore(DenseStore):
         self._id_lookup = None
 
     def _compact(self) -> None:
-        """Rebuild the HNSW graph from the live vectors, dropping every tombstone."""
-        vectors = self._index.index.reconstruct_batch(self._positions)
+        """Rebuild the approximate index from the live vectors, dropping every tombstone; an IVF
+        index keeps its trained cells."""
+        # ``old`` owns ``inner``: it is kept until the cells are copied.
+        old, inner = self._index, faiss.downcast_index(self._index.index)
+        if isinstance(inner, faiss.IndexIVF):
+            inner.make_direct_map()  # what ``reconstruct`` of an IVF index reads
+        vectors = inner.reconstruct_batch(self._positions)
         self._index = _new_index(self._manifest)
+        if isinstance(inner, faiss.IndexIVF):
+            fresh = faiss.extract_index_ivf(self._index)
+            fresh.quantizer.add(inner.quantizer.reconstruct_n(0, inner.nlist))
+            fresh.is_trained = True
+        del old, inner
         self._index.add_with_ids(vectors, self._ids)
         self._positions = np.arange(len(self._ids), dtype=np.int64)
 
@@ -659,6 +708,9 @@ def _new_index(manifest: dict[str, Any]) -> faiss.IndexIDMap2:
     if manifest["index_type"] == "hnsw":
         inner = hnsw = faiss.IndexHNSWFlat(dim, manifest["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
         hnsw.hnsw.efConstruction = manifest["ef_construction"]
+    elif manifest["index_type"] == "ivf":
+        # faiss's Python wrapper keeps the quantizer alive as long as the IVF index.
+        inner = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, manifest["ivf_lists"], faiss.METRIC_INNER_PRODUCT)
     else:
         inner = faiss.IndexFlatIP(dim)
     return faiss.IndexIDMap2(inner)

@@ -1,4 +1,4 @@
-"""The FAISS dense store: copies, payloads read without the index, filter masks and the HNSW id selector."""
+"""The FAISS dense store: copies, payloads read without the index, filter masks, IVF cells, tombstones."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import gc
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from retrieval_assets.core.stores.base import parse_payload
 from retrieval_assets.core.stores.faiss import store as store_module
@@ -259,8 +260,12 @@ def test_a_wide_filter_on_hnsw_walks_the_graph_with_efsearch_raised_by_its_share
     assert np.mean(walked) >= 0.8, walked
 
 
-def _hnsw(path, vectors=VECTORS, payloads=PAYLOADS):
-    store = FaissDenseStore.create(path, DIM, index_type="hnsw", hnsw_m=8)
+# Approximate kinds with tombstones; the IVF index probes both its cells, so exact answers hold.
+APPROXIMATE = ["hnsw", "ivf"]
+
+
+def _approximate(path, kind, vectors=VECTORS, payloads=PAYLOADS):
+    store = FaissDenseStore.create(path, DIM, index_type=kind, hnsw_m=8, ivf_lists=2, ivf_probes=2)
     store.upsert_dense(payloads, vectors)
     store.finalize()
     return store
@@ -270,8 +275,9 @@ def _nearest(store, vector, top_k=3, filters=()):
     return [hit.chunk_id for hit in store.search_dense(vector, top_k=top_k, filters=filters)]
 
 
-def test_hnsw_delete_leaves_a_tombstone_instead_of_rebuilding_the_graph(tmp_path):
-    store = _hnsw(tmp_path / "hnsw")
+@pytest.mark.parametrize("kind", APPROXIMATE)
+def test_approximate_delete_leaves_a_tombstone_instead_of_rebuilding_the_index(tmp_path, kind):
+    store = _approximate(tmp_path / "hnsw", kind)
     store.delete([CHUNK_IDS[2]])
     # The graph still holds all 12 vectors: nothing was rebuilt, one is a tombstone.
     assert (store.count(), store.tombstones) == (len(CHUNK_IDS) - 1, 1)
@@ -293,8 +299,9 @@ def test_hnsw_delete_leaves_a_tombstone_instead_of_rebuilding_the_graph(tmp_path
             assert _nearest(reopened, FAR_QUERY, top_k=3, filters=filters)[: len(expected)] == expected[:3], spec
 
 
-def test_hnsw_replacing_a_vector_serves_the_new_one_only(tmp_path):
-    store = _hnsw(tmp_path / "hnsw")
+@pytest.mark.parametrize("kind", APPROXIMATE)
+def test_approximate_replacing_a_vector_serves_the_new_one_only(tmp_path, kind):
+    store = _approximate(tmp_path / "hnsw", kind)
     moved = VECTORS[FAR]  # chunk 0 now points where FAR is
     store.upsert_dense([PAYLOADS[0]], moved[None, :])
     assert store.tombstones == 1 and store.count() == len(CHUNK_IDS)
@@ -304,8 +311,9 @@ def test_hnsw_replacing_a_vector_serves_the_new_one_only(tmp_path):
     assert CHUNK_IDS[0] not in _nearest(store, VECTORS[0], top_k=1)
 
 
-def test_hnsw_graph_is_rebuilt_once_tombstones_pass_the_compaction_share(tmp_path):
-    store = _hnsw(tmp_path / "hnsw")
+@pytest.mark.parametrize("kind", APPROXIMATE)
+def test_approximate_index_is_rebuilt_once_tombstones_pass_the_compaction_share(tmp_path, kind):
+    store = _approximate(tmp_path / "hnsw", kind)
     store.delete(CHUNK_IDS[:2])  # 2 of 12: below the share, kept as tombstones
     store.finalize()
     assert FaissDenseStore.open(tmp_path / "hnsw").tombstones == 2
@@ -318,11 +326,76 @@ def test_hnsw_graph_is_rebuilt_once_tombstones_pass_the_compaction_share(tmp_pat
     assert FaissDenseStore.stored_payloads(tmp_path / "hnsw") == dict(zip(CHUNK_IDS[4:], PAYLOADS[4:], strict=True))
 
 
-def test_hnsw_copy_keeps_the_base_untouched(tmp_path):
-    _hnsw(tmp_path / "base").close()
+@pytest.mark.parametrize("kind", APPROXIMATE)
+def test_approximate_copy_keeps_the_base_untouched(tmp_path, kind):
+    _approximate(tmp_path / "base", kind).close()
     copy = FaissDenseStore.open_copy(tmp_path / "base", tmp_path / "copy")
     copy.delete([CHUNK_IDS[5]])
     copy.finalize()
     base = FaissDenseStore.open(tmp_path / "base")
     assert base.tombstones == 0 and _nearest(base, VECTORS[5], top_k=1) == [CHUNK_IDS[5]]
     assert FaissDenseStore.open(tmp_path / "copy").tombstones == 1
+
+
+def _ivf(path, vectors, payloads, lists=16, probes=1):
+    store = FaissDenseStore.create(path, DIM, index_type="ivf", ivf_lists=lists, ivf_probes=probes)
+    store.upsert_dense(payloads, vectors)
+    store.finalize()
+    return store
+
+
+def test_an_ivf_query_scans_its_ivf_probes_nearest_cells(tmp_path):
+    vectors, payloads, queries = _tenant_corpus(3_000, tenant_every=10)
+    every_cell = _ivf(tmp_path / "all", vectors, payloads, probes=16)
+    one_cell = _ivf(tmp_path / "one", vectors, payloads, probes=1)
+    exact = [_exact_top(vectors, payloads, q, "small") for q in queries]
+    exact_all = [[payloads[i]["chunk_id"] for i in np.argsort(-(vectors @ (q / np.linalg.norm(q))))[:10]]
+                 for q in queries]
+    assert [_nearest(every_cell, q, top_k=10) for q in queries] == exact_all
+    # Random vectors spread a query's neighbours over many cells: one cell misses some of them.
+    assert [_nearest(one_cell, q, top_k=10) for q in queries] != exact_all
+    reopened = FaissDenseStore.open(tmp_path / "one")
+    assert (reopened.index_type, reopened.ivf_probes) == ("ivf", 1)
+    # A 10 % tenant is scanned exactly, every cell, whatever ivf_probes says.
+    assert [_nearest(reopened, q, top_k=10, filters=parse_filters({"tenant_id": "small"})) for q in queries] == exact
+
+
+def test_a_wide_filter_on_ivf_scans_cells_raised_by_its_share(tmp_path):
+    vectors, payloads, queries = _tenant_corpus(3_000, tenant_every=2)
+    store = _ivf(tmp_path / "ivf", vectors, payloads, probes=4)
+    store.exact_filter_max_rows = 0
+    filters = parse_filters({"tenant_id": "small"})  # half the rows: above the exact share, 8 cells scanned
+    recall = [
+        len(set(_nearest(store, q, top_k=10, filters=filters)) & set(_exact_top(vectors, payloads, q, "small"))) / 10
+        for q in queries
+    ]
+    store.ivf_probes = 8  # what the filtered search above scanned, unfiltered
+    unfiltered = []
+    for q in queries:
+        exact = [payloads[i]["chunk_id"] for i in np.argsort(-(vectors @ (q / np.linalg.norm(q))))[:10]]
+        unfiltered.append(len(set(_nearest(store, q, top_k=10)) & set(exact)) / 10)
+    assert np.mean(recall) >= 0.8 and np.mean(recall) >= np.mean(unfiltered) - 0.1, (recall, unfiltered)
+
+
+def test_an_ivf_index_is_trained_before_its_first_vector_and_keeps_its_cells(tmp_path):
+    vectors, payloads, queries = _tenant_corpus(600, tenant_every=10)
+    store = FaissDenseStore.create(tmp_path / "ivf", DIM, index_type="ivf", ivf_lists=8, ivf_probes=8)
+    assert not store.is_trained
+    with pytest.raises(ValueError, match="8 IVF cells need 8 training vectors, got 3"):
+        store.train(vectors[:3])
+    store.train(vectors[::2])
+    cells = faiss_cells(store)
+    store.upsert_dense(payloads, vectors)
+    store.delete([p["chunk_id"] for p in payloads[:300]])  # half: the save compacts
+    store.close()
+    compacted = FaissDenseStore.open(tmp_path / "ivf")
+    assert compacted.tombstones == 0 and np.array_equal(faiss_cells(compacted), cells)
+    live = vectors[300:]
+    for q in queries:
+        expected = [payloads[300 + i]["chunk_id"] for i in np.argsort(-(live @ (q / np.linalg.norm(q))))[:5]]
+        assert _nearest(compacted, q, top_k=5) == expected
+
+
+def faiss_cells(store):
+    ivf = store_module.faiss.extract_index_ivf(store._index)
+    return ivf.quantizer.reconstruct_n(0, ivf.nlist)
