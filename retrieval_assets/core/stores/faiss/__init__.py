@@ -1,1 +1,1 @@
-"""FAISS adapter: dense vectors in a flat or HNSW index, payloads beside it."""
+"""FAISS adapter: dense vectors in a flat, IVF or HNSW index, payloads beside it."""
