@@ -301,7 +301,7 @@ class FaissDenseStore(DenseStore):
         ef_construction: int = 40,
         ef_search: int = 64,
         ivf_lists: int = 1,
-        ivf_probes: int = 32,
+        ivf_probes: int = 128,
         overwrite: bool = False,
     ) -> FaissDenseStore:
         """A new, empty index at ``path`` (saved at once, so ``open`` works straight away). An
