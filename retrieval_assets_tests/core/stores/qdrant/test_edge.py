@@ -1,15 +1,19 @@
 """The qdrant-edge store: sparse and hybrid search, deletes, the shard lock, undeclared and quoted keys,
-sparse-only shards, and optimising while writing.
+sparse-only shards, optimising while writing, and copies that link immutable segments' files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
+import numpy as np
 import pytest
 
 from retrieval_assets.core.models import SparseVector
 from retrieval_assets.core.stores.filters import FilterError, parse_filters
+from retrieval_assets.core.stores.qdrant import edge as edge_module
 from retrieval_assets.core.stores.qdrant.edge import SHARD_DIR, QdrantEdgeStore, ShardBusyError
 from retrieval_assets_tests.core.stores.embedded_corpus import (
     CHUNK_IDS,
@@ -186,3 +190,57 @@ def test_qdrant_deferred_optimising_waits_for_enough_points_across_copies(qdrant
     again.finalize()
     assert again.chunk_ids() == set(CHUNK_IDS)
     again.close()
+
+
+def _optimised_shard(path, points=8_000, dim=384):
+    """A shard with an immutable (optimised) segment: 8,000 bge-small-sized points pass the
+    engine's indexing threshold."""
+    rng = np.random.default_rng(0)
+    payloads = [
+        {"chunk_id": f"c{i}", "doc_id": f"d{i}", "tenant_id": "t", "title": "", "text": "x", "section": "body"}
+        for i in range(points)
+    ]
+    store = QdrantEdgeStore.create(path, dim, field_types={"tenant_id": "keyword"}, hnsw_m=0)
+    sparse = [SparseVector(indices=[i % 50, 50 + i % 7], values=[1.0, 0.5]) for i in range(points)]
+    store.upsert(payloads, dense=rng.standard_normal((points, dim)).astype(np.float32), sparse=sparse)
+    store.finalize()
+    store.close()
+    return payloads, rng
+
+
+def _file_digests(root):
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+@pytest.mark.parametrize("link_everything", [False, True])
+def test_a_copy_links_immutable_segment_files_and_its_writes_leave_the_source_as_it_was(
+    tmp_path, monkeypatch, link_everything
+):
+    base = tmp_path / "base"
+    payloads, rng = _optimised_shard(base)
+    if link_everything:  # the test's own check: linking a file the engine writes does change the base
+        monkeypatch.setattr(edge_module, "IMMUTABLE_SEGMENT_FILES", re.compile(r".*"))
+    before = _file_digests(base)
+    copy = QdrantEdgeStore.open_copy(base, tmp_path / "copy")
+    linked = [p.name for p in (tmp_path / "copy").rglob("*") if p.is_file() and p.stat().st_nlink > 1]
+    # A delta's writes: deletes, and upserts of points already in the immutable segment.
+    copy.delete([p["chunk_id"] for p in payloads[:200]])
+    changed = payloads[200:400]
+    copy.upsert(changed, dense=rng.standard_normal((len(changed), 384)).astype(np.float32),
+                sparse=[SparseVector(indices=[999], values=[1.0])] * len(changed))
+    copy.finalize(defer_optimizing=True)
+    copy.close()
+    after = _file_digests(base)
+    if link_everything:
+        assert after != before
+        return
+    assert set(linked) >= {"matrix.dat", "inverted_index.dat"}
+    assert after == before
+    reopened, copied = QdrantEdgeStore.open(base), QdrantEdgeStore.open(tmp_path / "copy")
+    assert reopened.count() == 8_000 and copied.count() == 7_800
+    found = copied.search_sparse(SparseVector(indices=[999], values=[1.0]), top_k=300)
+    assert {hit.chunk_id for hit in found} == {p["chunk_id"] for p in changed}
+    assert reopened.search_sparse(SparseVector(indices=[999], values=[1.0]), top_k=10) == []
+    reopened.close()
+    copied.close()
