@@ -298,12 +298,19 @@ def kept_payloads(base: IndexVersion, plan: DeltaPlan) -> Iterator[Payload]:
 
 
 def candidate_payloads(
-    base: IndexVersion, chunks: pd.DataFrame, plan: DeltaPlan, context: ContextTokenSettings | None = None
+    base: IndexVersion,
+    chunks: pd.DataFrame,
+    plan: DeltaPlan,
+    context: ContextTokenSettings | None = None,
+    upserted: Collection[Payload] | None = None,
 ) -> tuple[list[Payload], list[str | None]]:
     """The store payloads of ``chunks`` (candidate chunks), in their order, and their JSON text
     where the base saved it: the base's payload for an unchanged chunk (same row, same settings:
-    the same payload, without deriving it again), a new one (no text) for an upserted chunk."""
-    fresh = {payload["chunk_id"]: payload for payload in index_payloads(plan.upserted_rows(chunks), context)}
+    the same payload, without deriving it again), a new one (no text) for an upserted chunk
+    (from ``upserted``, every upserted chunk's payload, when the caller has made them)."""
+    if upserted is None:
+        upserted = index_payloads(plan.upserted_rows(chunks), context)
+    fresh = {payload["chunk_id"]: payload for payload in upserted}
     chunk_ids = chunks["chunk_id"].tolist()
     kept = FaissDenseStore.stored_payload_json(base.layout.faiss, [c for c in chunk_ids if c not in fresh])
     payloads: list[Payload] = []
@@ -372,7 +379,7 @@ def delta_lexical_index(
     _, base_manifest = read_manifest(base, TantivyLexicalStore.backend)
     field_types = validate_field_types(field_types_from_kinds(kinds))
     if base_manifest["format_version"] != TANTIVY_FORMAT_VERSION or base_manifest["field_types"] != field_types:
-        payloads, encoded = candidate_payloads(delta.base, chunks, plan, context)
+        payloads, encoded = candidate_payloads(delta.base, chunks, plan, context, upserted_payloads)
         return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
     # Documents each tenant's index loses: its deleted chunks and the old rows of its changed ones.
     removed = Counter(str(payload["tenant_id"]) for payload in replaced)
@@ -390,7 +397,9 @@ def delta_lexical_index(
     # Payloads are made only for what is written: a rebuilt tenant's every chunk, a patched
     # tenant's upserted ones (every candidate's payload at once: 11.3 GB for a 1M delta's step).
     written = tenants.isin(rebuilt) | (tenants.isin(patched) & chunks["chunk_id"].isin(upserted))
-    added, encoded = candidate_payloads(delta.base, chunks[written.to_numpy(dtype=bool)], plan, context)
+    added, encoded = candidate_payloads(
+        delta.base, chunks[written.to_numpy(dtype=bool)], plan, context, upserted_payloads
+    )
     store.add(added, encoded)
     fault_point("tantivy_index")
     store.finalize()

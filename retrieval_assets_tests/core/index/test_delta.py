@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from retrieval_assets.core.index import delta as delta_module
 from retrieval_assets.core.index.build import (
     backend_chunk_ids,
     build_faiss_index,
@@ -18,6 +19,7 @@ from retrieval_assets.core.index.build import (
     build_qdrant_index,
     candidate_fingerprints,
     chunk_table,
+    index_payloads,
     record_candidate_chunks,
     seal_candidate,
     settings_fingerprint,
@@ -306,7 +308,9 @@ def _lexical_delta(base: IndexVersion, changed: pd.DataFrame, path: Path) -> Tan
     return delta_lexical_index(Delta(base, plan), path, changed)
 
 
-def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_changed_one(tmp_path: Path) -> None:
+def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_changed_one(
+    tmp_path: Path, monkeypatch
+) -> None:
     base = _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks(beta_every=4))
     with TantivyLexicalStore.open(base.layout.lexical) as before:
         base_answers = _bm25(before)
@@ -314,9 +318,15 @@ def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_ch
         p.relative_to(base.layout.lexical): p.read_bytes() for p in base.layout.lexical.rglob("*") if p.is_file()
     }
     changed = _chunks({"d1": {"text": "A brand new description."}}, drop=("d2",), beta_every=4)
+    plan = decide_build(changed, SETTINGS, base, max_changed_fraction=0.5).plan
+    assert plan is not None
+    made: list[int] = []  # the upserted chunks' payloads are made once, for field kinds and writes alike
+    monkeypatch.setattr(
+        delta_module, "index_payloads", lambda rows, *args: made.append(len(rows)) or index_payloads(rows, *args)
+    )
 
     with (
-        _lexical_delta(base, changed, tmp_path / "delta") as delta,
+        delta_lexical_index(Delta(base, plan), tmp_path / "delta", changed) as delta,
         build_lexical_index(tmp_path / "full", changed) as full,
     ):
         # Beta's documents did not change: its index is the base's files, hard-linked.
@@ -325,6 +335,7 @@ def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_ch
         assert not _inodes(tmp_path / "delta" / "index" / delta._dirs["default"]) & _inodes(base.layout.lexical)
         # Default's index was rebuilt, so every answer (scores included) is a full build's.
         assert _bm25(delta) == _bm25(full)
+    assert len(made) == 1 and made[0] > 0
     manifest = read_build_manifest(tmp_path / "delta")
     assert (manifest["rebuilt_tenants"], manifest["patched_tenants"]) == (["default"], [])
     whole = read_build_manifest(tmp_path / "full")
