@@ -408,7 +408,7 @@ def checked_backend_chunk_ids(version: IndexVersion, expected: set[str]) -> dict
             held[name] = expected
             continue
         with store_type.open(path) as store:
-            held[name] = store.chunk_ids()
+            held[name] = store.chunk_ids_given(expected)
     return held
 
 

@@ -65,6 +65,11 @@ class IndexStore(ABC):
     @abstractmethod
     def chunk_ids(self) -> set[str]: ...
 
+    def chunk_ids_given(self, expected: Collection[str]) -> set[str]:
+        """``chunk_ids()``, for a caller that knows which chunks the store should hold: a store
+        that checks those more cheaply than it lists its own ids overrides this."""
+        return self.chunk_ids()
+
     def delete(self, chunk_ids: Iterable[str]) -> None:
         """Remove these chunks (ids the store does not hold are ignored); visible after
         ``finalize``. The embedded stores implement it for delta builds, which start from a copy

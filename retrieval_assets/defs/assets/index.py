@@ -114,7 +114,7 @@ def _index_result(
     ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the
     checks are recorded for the seal, unless the candidate reuses a sealed version as it is."""
     try:
-        listed = store.chunk_ids()
+        listed = store.chunk_ids_given(expected)
         result = _checked(
             store.backend,
             store.count(),

@@ -252,3 +252,10 @@ def test_stores_open_in_a_new_process(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_chunk_ids_given_the_expected_ones_are_the_stores_own_listing(dense):
+    # Two held chunks the caller does not expect, one expected chunk the store never held.
+    store = dense[2]["store"]
+    expected = {*CHUNK_IDS[2:], "never-written#0"}
+    assert store.chunk_ids_given(expected) == store.chunk_ids() == set(CHUNK_IDS)
