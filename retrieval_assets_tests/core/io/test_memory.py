@@ -3,7 +3,9 @@ inputs (a build runs its steps in one process)."""
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,21 @@ def test_freed_blocks_between_kept_ones_go_back_to_the_system() -> None:
     return_freed_memory()
     assert held - _resident_mb() > 150
     assert len(kept) == 4688
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def test_what_the_process_held_first_is_frozen_once_and_later_cycles_are_still_collected() -> None:
+    return_freed_memory()  # the first call in this process, or a later one: either way frozen once
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    one, two = _Node(), _Node()
+    one.other, two.other = two, one  # a cycle made after the freeze, dropped below
+    alive = weakref.ref(one)
+    del one, two
+    return_freed_memory()
+    assert alive() is None  # collected: step data is not frozen
+    assert gc.get_freeze_count() == frozen
