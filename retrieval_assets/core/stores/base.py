@@ -70,6 +70,11 @@ class IndexStore(ABC):
         that checks those more cheaply than it lists its own ids overrides this."""
         return self.chunk_ids()
 
+    def holding(self, chunk_ids: Collection[str]) -> set[str]:
+        """Which of ``chunk_ids`` the store holds: a delta build checks its changes with it rather
+        than listing every id. Stores that look ids up directly override this listing."""
+        return self.chunk_ids() & set(chunk_ids)
+
     def delete(self, chunk_ids: Iterable[str]) -> None:
         """Remove these chunks (ids the store does not hold are ignored); visible after
         ``finalize``. The embedded stores implement it for delta builds, which start from a copy

@@ -31,6 +31,7 @@ from retrieval_assets.core.index.build import (
 from retrieval_assets.core.index.delta import (
     Delta,
     delta_faiss_index,
+    delta_held_chunk_ids,
     delta_lexical_index,
     delta_qdrant_index,
     delta_term_counts,
@@ -86,7 +87,8 @@ def _index_checks(asset_name: str, dense: bool = True) -> list[AssetCheckSpec]:
             "chunk_ids_match_chunks",
             asset=asset_name,
             blocking=True,
-            description="The index holds exactly the build's chunk ids: none missing, none unexpected.",
+            description="The index holds exactly the build's chunk ids: none missing, none unexpected (a delta: "
+            "its base's checked ids with its upserts and deletes applied, and no other point).",
         ),
     ]
     if dense:
@@ -108,13 +110,15 @@ def _index_result(
     expected: set[str],
     seconds: float,
     dimensions: tuple[int | None, int] | None = None,
+    delta: Delta | None = None,
     **metadata: str | bool | int,
 ) -> MaterializeResult:
     """Metadata and checks of a built index at ``path`` (``expected``: the build's chunk ids);
-    ``dimensions`` is (index dim, model dim) for dense indexes. The chunk ids listed for the
-    checks are recorded for the seal, unless the candidate reuses a sealed version as it is."""
+    ``dimensions`` is (index dim, model dim) for dense indexes. A ``delta``'s store is checked
+    by its changes (``delta_held_chunk_ids``). The chunk ids found for the checks are recorded
+    for the seal, unless the candidate reuses a sealed version as it is."""
     try:
-        listed = store.chunk_ids_given(expected)
+        listed = delta_held_chunk_ids(store, delta, expected) if delta else store.chunk_ids_given(expected)
         result = _checked(
             store.backend,
             store.count(),
@@ -262,6 +266,7 @@ def faiss_index(
         set(chunks.column("chunk_id")),
         timer["seconds"],
         (store.dim, models.dense_encoder().dim),
+        delta,
         model=models.dense_model,
         index_type=store.index_type,
     )
@@ -318,9 +323,8 @@ def qdrant_edge_index(
             stored = PointTables.stored(chunks.path, dense_embeddings.path, sparse_embeddings.path)
             store = build_qdrant_index(path, stored, *settings)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
-    return _index_result(
-        store, path, index_candidate, expected, timer["seconds"], (store.dim, models.dense_encoder().dim), **models_used
-    )
+    dimensions = (store.dim, models.dense_encoder().dim)
+    return _index_result(store, path, index_candidate, expected, timer["seconds"], dimensions, delta, **models_used)
 
 
 @asset(
@@ -361,7 +365,8 @@ def tantivy_index(
             "deleted_in_statistics": sum(built.get("deleted_in_statistics", {}).values()),
         }
         context.log.info(f"tantivy delta: rebuilt {tenants['tenants_rebuilt']}, patched {tenants['tenants_patched']}")
-    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"], None, **tenants)
+    expected = set(chunks["chunk_id"])
+    return _index_result(store, path, index_candidate, expected, timer["seconds"], None, delta, **tenants)
 
 
 @asset(

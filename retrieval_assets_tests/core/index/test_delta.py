@@ -27,7 +27,10 @@ from retrieval_assets.core.index.build import (
 from retrieval_assets.core.index.delta import (
     Delta,
     decide_build,
+    delta_faiss_index,
+    delta_held_chunk_ids,
     delta_lexical_index,
+    delta_qdrant_index,
     delta_term_counts,
     record_decision,
 )
@@ -41,6 +44,8 @@ from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import DenseIndexSettings, VocabularySettings
 from retrieval_assets.core.stores.filters import parse_filters
+from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
 SETTINGS = "settings-1"
@@ -390,3 +395,34 @@ def test_an_approximate_versions_delta_patches_a_changed_tenant_in_place_until_i
         assert _bm25(rebuilt) == _bm25(full)
     manifest = read_build_manifest(tmp_path / "rebuilt")
     assert (manifest["rebuilt_tenants"], manifest["deleted_in_statistics"]) == (["default"], {})
+
+
+@pytest.mark.parametrize("backend", ["faiss", "qdrant-edge"])
+def test_a_delta_store_is_checked_by_its_changes_and_listed_only_when_they_do_not_hold(
+    base: IndexVersion, tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changed = _chunks({"d1": {"text": "A new description."}}, drop=("d3",), add=1)
+    plan = decide_build(changed, SETTINGS, base, max_changed_fraction=0.2).plan
+    assert plan is not None
+    delta, (dense, sparse), path = Delta(base, plan), _vectors(changed), tmp_path / backend
+    if backend == "faiss":
+        store: FaissDenseStore | QdrantEdgeStore = delta_faiss_index(delta, path, changed, dense, "dense-model")
+    else:
+        store = delta_qdrant_index(delta, path, changed, dense, sparse, "dense-model", "sparse-model")
+    expected = set(changed["chunk_id"])
+    listings: list[int] = []
+    listing = type(store).chunk_ids_given
+    monkeypatch.setattr(type(store), "chunk_ids_given", lambda self, ids: listings.append(1) or listing(self, ids))
+
+    assert delta_held_chunk_ids(store, delta, expected) == expected and not listings  # nothing listed
+    # Not what the plan says the build holds: listed, and the difference found.
+    assert delta_held_chunk_ids(store, delta, expected - {"default/d4#0"}) == expected and listings == [1]
+    store.delete(["default/d5#0"])  # a chunk the delta did not touch goes missing
+    store.finalize()
+    assert delta_held_chunk_ids(store, delta, expected) == expected - {"default/d5#0"} and listings == [1, 1]
+    deleted = _chunks()[lambda chunks: chunks["chunk_id"] == "default/d3#0"]
+    store.upsert_dense(index_payloads(deleted), np.ones((1, 8), dtype=np.float32))
+    store.finalize()  # the deleted chunk is back in place of the missing one: the count alone would pass
+    held = delta_held_chunk_ids(store, delta, expected)
+    store.close()
+    assert held == expected - {"default/d5#0"} | {"default/d3#0"} and listings == [1, 1, 1]

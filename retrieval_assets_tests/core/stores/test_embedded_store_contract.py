@@ -259,3 +259,11 @@ def test_chunk_ids_given_the_expected_ones_are_the_stores_own_listing(dense):
     store = dense[2]["store"]
     expected = {*CHUNK_IDS[2:], "never-written#0"}
     assert store.chunk_ids_given(expected) == store.chunk_ids() == set(CHUNK_IDS)
+
+
+def test_holding_names_the_given_ids_the_store_holds(dense):
+    store = dense[2]["store"]
+    assert store.holding([CHUNK_IDS[0], "never-written#0", CHUNK_IDS[3], CHUNK_IDS[0]]) == {CHUNK_IDS[0], CHUNK_IDS[3]}
+    store.delete([CHUNK_IDS[0]])
+    store.finalize()
+    assert store.holding([CHUNK_IDS[0], CHUNK_IDS[3]]) == {CHUNK_IDS[3]} and store.holding([]) == set()

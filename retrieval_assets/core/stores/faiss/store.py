@@ -365,6 +365,19 @@ class FaissDenseStore(DenseStore):
     def chunk_ids(self) -> set[str]:
         return set(self._chunk_ids.to_pylist())
 
+    def holding(self, chunk_ids: Collection[str]) -> set[str]:
+        return set(self._held_rows(chunk_ids))
+
+    def _held_rows(self, chunk_ids: Iterable[str]) -> dict[str, int]:
+        """The row of each of ``chunk_ids`` the store holds."""
+        wanted = list(dict.fromkeys(chunk_ids))
+        found = self._rows_of(np.array([point_int64(chunk_id) for chunk_id in wanted], dtype=np.int64))
+        return {
+            chunk_id: int(row)
+            for chunk_id, row in zip(wanted, found, strict=True)
+            if row >= 0 and self._chunk_ids[int(row)].as_py() == chunk_id
+        }
+
     @property
     def is_trained(self) -> bool:
         """Whether vectors can be added: always, but to an IVF index whose cells are not yet trained."""
@@ -410,13 +423,7 @@ class FaissDenseStore(DenseStore):
 
     def delete(self, chunk_ids: Iterable[str]) -> None:
         """Remove these chunks (unknown ids are ignored). Saved by ``finalize``."""
-        wanted = list(dict.fromkeys(chunk_ids))
-        found = self._rows_of(np.array([point_int64(chunk_id) for chunk_id in wanted], dtype=np.int64))
-        rows = [
-            int(row)
-            for chunk_id, row in zip(wanted, found, strict=True)
-            if row >= 0 and self._chunk_ids[int(row)].as_py() == chunk_id
-        ]
+        rows = list(self._held_rows(chunk_ids).values())
         if rows:
             self._drop_rows(np.array(rows, dtype=np.int64))
             self._columns = None

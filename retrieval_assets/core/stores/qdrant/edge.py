@@ -363,6 +363,17 @@ class QdrantEdgeStore(DenseStore, SparseStore):
                 found.add(cast(dict[str, Any], record.payload)["chunk_id"])
         return found
 
+    def holding(self, chunk_ids: Collection[str]) -> set[str]:
+        """Retrieved by point id (``point_uuid``), without payloads."""
+        by_point = {point_uuid(chunk_id): chunk_id for chunk_id in chunk_ids}
+        points: list[qe.PointId] = list(by_point)
+        shard = self._open_shard()
+        return {
+            by_point[str(record.id)]
+            for start in range(0, len(points), ID_SCROLL_LIMIT)
+            for record in shard.retrieve(points[start : start + ID_SCROLL_LIMIT], False, False)
+        }
+
     def _scroll(self, limit: int, with_payload: bool | list[str]) -> Iterator[qe.Record]:
         """Every point of the shard, ``limit`` a page, without vectors."""
         shard = self._open_shard()
