@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 from dagster import (
     AssetExecutionContext,
     MetadataValue,
@@ -24,10 +23,6 @@ from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.defs.columns import COLUMN_DESCRIPTIONS, HISTORY_DESCRIPTIONS
 
 _PREVIEW_CHARS = 80
-
-
-def _string_dtype(arrow_type: pa.DataType) -> pd.StringDtype | None:
-    return pd.StringDtype("pyarrow") if pa.types.is_string(arrow_type) else None
 
 
 def _column_type(series: pd.Series) -> str:
@@ -61,10 +56,8 @@ def table_schema(
     )
 
 
-def table_metadata(frame: pd.DataFrame | pa.Table, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``dagster/row_count`` and ``dagster/column_schema`` of a table-valued asset (pandas or Arrow)."""
-    if isinstance(frame, pa.Table):  # its first row tells the column types as pandas would
-        frame = frame.slice(0, 1).to_pandas(types_mapper=_string_dtype)
+def table_metadata(frame: pd.DataFrame, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``dagster/row_count`` and ``dagster/column_schema`` of a table-valued asset."""
     return {
         "dagster/row_count": MetadataValue.int(len(frame)),
         "dagster/column_schema": MetadataValue.table_schema(table_schema(frame, descriptions=descriptions)),

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.base import ProgressCallback
 from retrieval_assets.core.faults import fault_point
-from retrieval_assets.core.io.tables import write_parquet
+from retrieval_assets.core.io.tables import empty_frame, write_parquet
 
 KEY = "content_hash"
 SEGMENT_GLOB = "segment-*.parquet"
@@ -80,27 +80,21 @@ class EmbeddingCache:
             f"{', '.join(repr(other) for other in others)}; every chunk is encoded once"
         )
 
-    def lookup(self, keys: Sequence[str] | pa.Array) -> pa.Table:
-        """Cached rows for ``keys``, each key once, in no particular order, as Arrow: a million
-        cached vectors turned into pandas rows of numpy arrays took seconds to make and to write
-        back. Matched in Arrow: pandas' ``isin`` on Arrow strings looped in Python."""
-        wanted = keys if isinstance(keys, pa.Array) else pa.array(list(set(keys)), type=pa.string())
+    def lookup(self, keys: Sequence[str]) -> pd.DataFrame:
+        """Cached rows for ``keys`` (each at most once), in no particular order."""
+        # Matched in Arrow, and only matching rows become pandas rows: pandas' ``isin`` on
+        # Arrow strings looped in Python over the wanted keys, for every segment.
+        wanted = pa.array(set(keys), type=pa.string())
         found = []
         for segment in self.segments():
             try:
                 table = pq.read_table(segment)
             except FileNotFoundError:  # merged away by a concurrent compaction; its rows live on
                 continue
-            found.append(table.filter(pc.is_in(table.column(KEY), value_set=wanted)))
+            found.append(table.filter(pc.is_in(table.column(KEY), value_set=wanted)).to_pandas())
         if not found:
-            return pa.table({KEY: pa.array([], type=pa.string())})
-        table = pa.concat_tables(found, promote_options="permissive")
-        held = table.column(KEY)
-        distinct = pc.unique(held)
-        if len(distinct) == len(held):
-            return table
-        # A key written twice (a re-run after a crash, parallel shard runs): its first row.
-        return table.take(pc.index_in(distinct, value_set=held))
+            return empty_frame({KEY: "string"})
+        return pd.concat(found, ignore_index=True).drop_duplicates(KEY)
 
     def append(self, frame: pd.DataFrame) -> Path:
         # A unique name per writer: parallel shard runs append to one cache without locks.
@@ -110,7 +104,7 @@ class EmbeddingCache:
             fingerprint_file.write_text(self.fingerprint, encoding="utf-8")  # same text from every writer
         return segment
 
-    def compact(self, live_keys: Sequence[str] | pa.Array, max_segments: int = MAX_SEGMENTS) -> None:
+    def compact(self, live_keys: Sequence[str], max_segments: int = MAX_SEGMENTS) -> None:
         """Merge segments into one holding only ``live_keys`` once there are too many; vectors
         of removed or changed text go with it."""
         segments = self.segments()
@@ -129,52 +123,40 @@ def _recorded_fingerprint(folder: Path) -> str:
 
 
 def encode_with_cache(
-    keys: Sequence[str] | pa.Array,
+    keys: Sequence[str],
     texts: Sequence[str],
     encode_block: BlockEncoder,
     cache: EmbeddingCache,
     *,
     block_rows: int = DEFAULT_BLOCK_ROWS,
     progress: ProgressCallback | None = None,
-) -> tuple[pa.Table, CacheStats]:
-    """One row per key, in ``keys`` order, as an Arrow table: cached rows reused, the rest
-    encoded block by block and appended to the cache before the next block starts. Only the
-    texts of keys the cache lacks are read from ``texts``, which may make each on demand
-    (``steps.ChunkTexts``)."""
+) -> tuple[pd.DataFrame, CacheStats]:
+    """One row per key, in ``keys`` order: cached rows reused, the rest encoded block by block
+    and appended to the cache before the next block starts. Only the texts of keys the cache
+    lacks are read from ``texts``, which may make each on demand (``steps.ChunkTexts``)."""
     if len(keys) != len(texts):
         raise ValueError(f"{len(keys)} keys but {len(texts)} texts")
-    ordered = keys if isinstance(keys, pa.Array) else pa.array(keys, type=pa.string())
-    distinct = pc.unique(ordered)
-    cached = cache.lookup(distinct)
-    missing_keys = distinct.filter(pc.invert(pc.is_in(distinct, value_set=cached.column(KEY).combine_chunks())))
-    missing = missing_keys.to_pylist()
-    first_position = pc.index_in(missing_keys, value_set=ordered).to_numpy(zero_copy_only=False)
-    blocks = [cached] if len(cached) else []
+    position_of = {key: position for position, key in enumerate(keys)}
+    cached = cache.lookup(list(position_of))
+    known = set(cached[KEY])
+    missing = [key for key in position_of if key not in known]
+    blocks = [cached]
     for start in range(0, len(missing), block_rows):
         block_keys = missing[start : start + block_rows]
         in_block = None if progress is None else _offset(progress, start, len(missing))
-        block_texts = [texts[int(position)] for position in first_position[start : start + block_rows]]
-        encoded = encode_block(block_texts, in_block)
+        encoded = encode_block([texts[position_of[key]] for key in block_keys], in_block)
         if len(encoded) != len(block_keys):
             raise ValueError(f"encoder returned {len(encoded)} rows for {len(block_keys)} texts")
         encoded.insert(0, KEY, pd.Series(block_keys, dtype="string"))
         cache.append(encoded)
         fault_point("encode")
-        blocks.append(_like(pa.Table.from_pandas(encoded, preserve_index=False), blocks))
-    if not blocks:  # no keys: the encoder's columns, no rows
-        empty = encode_block([], None)
-        empty.insert(0, KEY, pd.Series([], dtype="string"))
-        return pa.Table.from_pandas(empty, preserve_index=False), CacheStats(0, 0, 0)
-    table = pa.concat_tables(blocks, promote_options="permissive") if len(blocks) > 1 else blocks[0]
-    held = table.column(KEY).combine_chunks()
-    stats = CacheStats(requested=len(distinct), reused=len(distinct) - len(missing), encoded=len(missing))
-    return table.take(pc.index_in(ordered, value_set=held)), stats
-
-
-def _like(table: pa.Table, blocks: list[pa.Table]) -> pa.Table:
-    """``table`` in the first block's schema: lists read back from Parquet name their values
-    ``element``, lists made from numpy arrays ``item``, and Arrow concatenates only equal types."""
-    return table.cast(blocks[0].schema) if blocks else table
+        blocks.append(encoded)
+    if not keys:
+        blocks = [encode_block([], None).assign(**{KEY: pd.Series([], dtype="string")})]
+    table = pd.concat(blocks, ignore_index=True) if len(blocks) > 1 else blocks[0]
+    positions = pd.Index(table[KEY]).get_indexer(list(keys))
+    stats = CacheStats(requested=len(position_of), reused=len(position_of) - len(missing), encoded=len(missing))
+    return table.iloc[positions].reset_index(drop=True), stats
 
 
 def _offset(progress: ProgressCallback, start: int, total: int) -> ProgressCallback:

@@ -21,7 +21,6 @@ from typing import overload
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 from pandas.api.extensions import ExtensionArray
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder, encoder_fingerprint
@@ -49,22 +48,15 @@ def _embed(
     columns: list[str],
     progress: ProgressCallback | None,
     block_rows: int,
-) -> tuple[pa.Table, CacheStats]:
+) -> tuple[pd.DataFrame, CacheStats]:
     # Read from the table's columns: building a Chunk per row cost 2 s per step on the ACL Anthology.
-    keys = chunks["content_hash"]
-    if keys.isna().any() or (keys.str.len() == 0).any():
+    keys = chunks["content_hash"].tolist()
+    if not all(isinstance(key, str) and key for key in keys):
         raise ValueError("chunks lack a content_hash: make them with chunk_documents")
     texts = ChunkTexts(chunks["title"].array, chunks["text"].array)
-    values, stats = encode_with_cache(
-        _strings(keys), texts, encode_block, cache, block_rows=block_rows, progress=progress
-    )
-    return values.add_column(0, "chunk_id", _strings(chunks["chunk_id"])).select(columns), stats
-
-
-def _strings(column: pd.Series) -> pa.Array:
-    """A string column as one Arrow array (the chunk table's are Arrow-backed: no copy per value)."""
-    array = pa.array(column, type=pa.string())
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+    values, stats = encode_with_cache(keys, texts, encode_block, cache, block_rows=block_rows, progress=progress)
+    values.insert(0, "chunk_id", pd.Series(chunks["chunk_id"].to_numpy(), dtype="string"))
+    return values[columns], stats
 
 
 # The chunk columns an embedding step reads (metadata, the largest of the rest, is left on disk);
@@ -177,7 +169,7 @@ def embed_dense(
     cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
-) -> tuple[pa.Table, DenseStats]:
+) -> tuple[pd.DataFrame, DenseStats]:
     """Dense vectors of every chunk of a chunks table: the configured model's precomputed vector
     where a chunk carries a usable one (``precomputed_vectors``), else through the cache, where
     only text the cache lacks is encoded."""
@@ -193,16 +185,16 @@ def embed_dense(
     )
     if rest is not None:
         positions = list(given)
-        supplied = pa.table(
+        supplied = pd.DataFrame(
             {
-                "chunk_id": _strings(chunks["chunk_id"].iloc[positions]),
-                "content_hash": _strings(chunks["content_hash"].iloc[positions]),
-                "embedding": pa.array(list(given.values()), type=pa.list_(pa.float32())),
+                "chunk_id": pd.Series(chunks["chunk_id"].iloc[positions].to_numpy(), dtype="string"),
+                "content_hash": pd.Series(chunks["content_hash"].iloc[positions].to_numpy(), dtype="string"),
+                "embedding": list(given.values()),
             }
         )
         order = np.argsort(np.asarray(rest + positions), kind="stable")
-        both = pa.concat_tables([frame, supplied.cast(frame.schema)] if len(frame) else [supplied])
-        frame = both.take(order)
+        both = pd.concat([frame.astype({"chunk_id": "string", "content_hash": "string"}), supplied], ignore_index=True)
+        frame = both.iloc[order].reset_index(drop=True)[DENSE_COLUMNS]
     return frame, DenseStats(stats.requested, stats.reused, stats.encoded, precomputed)
 
 
@@ -212,7 +204,7 @@ def embed_sparse(
     cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
-) -> tuple[pa.Table, CacheStats]:
+) -> tuple[pd.DataFrame, CacheStats]:
     """SPLADE vectors of every chunk of a chunks table; only text the cache lacks is encoded."""
     return _embed(
         chunks,

@@ -234,5 +234,5 @@ def build_vocabulary(
         cache,
         progress=progress,
     )
-    terms["embedding"] = list(vectors.column("embedding").to_numpy(zero_copy_only=False)) if len(words) else []
+    terms["embedding"] = vectors["embedding"].to_list() if len(words) else []
     return terms[VOCABULARY_COLUMNS], stats

@@ -79,11 +79,9 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
 ROW_GROUP_ROWS = 8192
 
 
-def write_parquet(frame: pd.DataFrame | pa.Table, path: str | os.PathLike[str]) -> Path:
-    """Write ``frame`` (pandas or Arrow) as Parquet through a temporary file and a rename, so
-    readers never see a half-written file."""
-    if isinstance(frame, pa.Table):
-        return write_atomically(path, lambda tmp: pq.write_table(frame, tmp, row_group_size=ROW_GROUP_ROWS))
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write ``frame`` as Parquet through a temporary file and a rename, so readers never see
+    a half-written file."""
     return write_atomically(path, lambda tmp: _write_row_groups(frame, tmp))
 
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 from dagster import AssetExecutionContext, AssetIn, MaterializeResult, MetadataValue, asset
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder
@@ -50,8 +48,8 @@ def _embed_chunks(
     chunks: pd.DataFrame,
     kind: str,
     encoder: DenseEncoder | SparseEncoder,
-    embed: Callable[..., tuple[pa.Table, CacheStats]],
-) -> tuple[pa.Table, dict[str, Any]]:
+    embed: Callable[..., tuple[pd.DataFrame, CacheStats]],
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Every chunk's vectors from ``embed`` (``embed_dense`` / ``embed_sparse``) through the
     ``kind`` cache, and the metadata both embedding assets record."""
     cache = embedding_cache(storage.cache_dir, kind, encoder)
@@ -61,7 +59,7 @@ def _embed_chunks(
     with stopwatch() as timer:
         frame, stats = embed(chunks, encoder, cache, log_progress(context, kind), build.embedding_block_rows)
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
-        cache.compact(frame.column("content_hash").combine_chunks())
+        cache.compact(list(frame["content_hash"]))
     seconds = timer["seconds"]
     precomputed = _precomputed(context, stats.precomputed) if isinstance(stats, DenseStats) else {}
     return frame, {
@@ -116,7 +114,7 @@ def dense_embeddings(
     storage: IndexStorageResource,
     build: IndexBuildResource,
     chunks: pd.DataFrame,
-) -> MaterializeResult[pa.Table]:
+) -> MaterializeResult[pd.DataFrame]:
     """One L2-normalised vector per chunk from the configured dense encoder (GPU when present), or
     the catalog's own vector of that model where a one-chunk document carries one."""
     encoder = models.dense_encoder()
@@ -136,17 +134,17 @@ def sparse_embeddings(
     storage: IndexStorageResource,
     build: IndexBuildResource,
     chunks: pd.DataFrame,
-) -> MaterializeResult[pa.Table]:
+) -> MaterializeResult[pd.DataFrame]:
     """SPLADE term weights per chunk, for learned-sparse retrieval."""
     encoder = models.sparse_encoder()
     frame, metadata = _embed_chunks(context, storage, build, chunks, "sparse", encoder, embed_sparse)
-    nonzeros = pc.list_value_length(frame.column("indices")).to_numpy() if len(frame) else np.zeros(1)
+    nonzeros = frame["indices"].map(len) if len(frame) else pd.Series([0])
     return MaterializeResult(
         value=frame,
         metadata={
             **metadata,
             "vocab_size": encoder.vocab_size,
-            "mean_nonzero_terms": round(float(np.mean(nonzeros)), 1),
+            "mean_nonzero_terms": round(float(nonzeros.mean()), 1),
             "p95_nonzero_terms": float(np.percentile(nonzeros, 95)),
         },
     )

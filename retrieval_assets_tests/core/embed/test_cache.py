@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from retrieval_assets.core.embed.cache import KEY, EmbeddingCache, encode_with_cache
 from retrieval_assets.core.embed.steps import ChunkTexts
@@ -20,14 +19,13 @@ def _segment(keys: list[str], offset: float) -> pd.DataFrame:
 
 def test_lookup_finds_each_wanted_key_once_across_segments(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path, "model-a")
-    assert cache.lookup(["a"]).num_rows == 0
+    assert cache.lookup(["a"]).empty
     cache.append(_segment(["a", "b", "c"], 0))
     cache.append(_segment(["c", "d"], 10))  # "c" again, as a re-run after a crash may write it
-    looked_up = cache.lookup(["d", "a", "c", "unknown"])
-    found = looked_up.to_pandas().set_index(KEY)
+    found = cache.lookup(["d", "a", "c", "unknown"]).set_index(KEY)
     assert sorted(found.index) == ["a", "c", "d"]
     assert found["embedding"]["a"].tolist() == [0, 0, 0] and found["embedding"]["d"].tolist() == [11, 11, 11]
-    assert pa.types.is_large_string(looked_up.schema.field(KEY).type) and found["embedding"]["a"].dtype == np.float32
+    assert found.index.dtype == "string" and found["embedding"]["a"].dtype == np.float32
 
 
 def test_only_missing_texts_are_encoded_and_rows_follow_the_keys(tmp_path: Path) -> None:
@@ -41,9 +39,9 @@ def test_only_missing_texts_are_encoded_and_rows_follow_the_keys(tmp_path: Path)
 
     rows, stats = encode_with_cache(["c", "a", "c", "b"], ["text c", "text a", "text c", "text b"], encode, cache)
     assert encoded == ["text c"] and (stats.requested, stats.reused, stats.encoded) == (3, 2, 1)
-    assert rows.column(KEY).to_pylist() == ["c", "a", "c", "b"]
-    assert [vector[0] for vector in rows.column("embedding").to_pylist()] == [100, 0, 100, 1]
-    assert cache.lookup(["c"]).column(KEY).to_pylist() == ["c"]  # appended for the next run
+    assert rows[KEY].tolist() == ["c", "a", "c", "b"]
+    assert [vector[0] for vector in rows["embedding"]] == [100, 0, 100, 1]
+    assert set(cache.lookup(["c"])[KEY]) == {"c"}  # appended for the next run
 
 
 def test_a_changed_encoder_is_explained_once_before_it_encodes(tmp_path: Path) -> None:
@@ -77,4 +75,4 @@ def test_only_the_texts_of_missing_keys_are_made(tmp_path: Path) -> None:
         return pd.DataFrame({"embedding": [np.full(3, 100, dtype=np.float32) for _ in block]})
 
     rows, stats = encode_with_cache(["a", "c", "b"], texts, encode, cache)
-    assert made == [1] and stats.encoded == 1 and rows.column(KEY).to_pylist() == ["a", "c", "b"]
+    assert made == [1] and stats.encoded == 1 and rows[KEY].tolist() == ["a", "c", "b"]

@@ -57,8 +57,7 @@ def _chunks(path: Path, fmt: str, settings: ChunkingSettings | None = None) -> A
 
 
 def _embedded(chunks: Any, dense: CountingDense, cache_root: Path) -> tuple[dict[str, np.ndarray], Any]:
-    table, stats = embed_dense(chunks, dense, embedding_cache(cache_root, "dense", dense))
-    frame = table.to_pandas()
+    frame, stats = embed_dense(chunks, dense, embedding_cache(cache_root, "dense", dense))
     assert list(frame.columns) == DENSE_COLUMNS and list(frame["chunk_id"]) == list(chunks["chunk_id"])
     assert list(frame["content_hash"]) == list(chunks["content_hash"])
     matrix = dense_matrix(frame, list(frame["chunk_id"]))

@@ -223,8 +223,8 @@ def test_a_server_dying_mid_build_fails_naming_it_and_the_rerun_resumes_from_the
         assert (stats.reused, stats.encoded) == (16, 24)
         assert again.stats()["texts"] == 24  # only what the cache lacked went to the server
         fresh = encoder.encode_documents(texts)
-    resumed = np.stack(rows.column("embedding").to_pylist())
-    assert rows.column("content_hash").to_pylist() == keys
+    resumed = np.stack(rows["embedding"].to_list())
+    assert rows["content_hash"].tolist() == keys
     assert np.abs(resumed - fresh).max() < 1e-5
 
 
