@@ -43,8 +43,8 @@ from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
 from retrieval_assets.core.settings import DenseIndexSettings, VocabularySettings
-from retrieval_assets.core.stores.filters import parse_filters
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
+from retrieval_assets.core.stores.filters import parse_filters
 from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
 
