@@ -53,6 +53,7 @@ from retrieval_assets.core.io.tables import (
     frame_to_documents,
     frame_to_raw_rows,
     raw_rows_to_frame,
+    take_rows,
 )
 from retrieval_assets.core.models import Chunk, Document, QuarantineRecord
 from retrieval_assets.core.settings import ChunkingSettings
@@ -350,15 +351,12 @@ def chunk_frame(
     fresh["doc_key"] = pd.Series(
         [key_of[pair] for pair in zip(fresh["tenant_id"], fresh["doc_id"], strict=True)], dtype="uint64"
     )
-    reused = previous[previous["doc_key"].isin(keys[known])]
-    frame = pd.concat([reused, fresh], ignore_index=True) if len(reused) else fresh
-    position = pd.Series(range(len(keys)), index=keys)
-    frame = (
-        frame.assign(_position=position.reindex(frame["doc_key"]).to_numpy())
-        .sort_values(["_position", "ordinal"], kind="stable")
-        .drop(columns="_position")
-        .reset_index(drop=True)
-    )
+    both = pd.concat([previous, fresh], ignore_index=True) if len(previous) else fresh
+    # Each chunk's document's position (NaN: a document no longer there), then its ordinal.
+    document_position = pd.Series(np.arange(len(keys)), index=keys).reindex(both["doc_key"]).to_numpy()
+    rows = np.flatnonzero(~np.isnan(document_position))
+    order = rows[np.lexsort((both["ordinal"].to_numpy()[rows], document_position[rows]))]
+    frame = take_rows(both, order).reset_index(drop=True)
     memo.save(frame)
     stats = {"documents_chunked": int((~known).sum()), "documents_reused": int(known.sum())}
     return frame[list(CHUNK_COLUMNS)].astype(CHUNK_COLUMNS), stats

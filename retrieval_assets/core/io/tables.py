@@ -103,6 +103,24 @@ def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
         frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
 
 
+# Past this many runs of consecutive rows, ``take_rows`` takes them all at once.
+MAX_ROW_RUNS = 256
+
+
+def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
+    """``frame.iloc[positions]``, made of slices where the positions run on one after another: a
+    delta keeps nearly every one of a million memo rows in its order, and taking them copied all
+    their text (4.4 s for 1M chunks); a slice of an Arrow-backed column is not copied."""
+    if len(positions) == 0:
+        return frame.iloc[:0]
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    if len(breaks) >= MAX_ROW_RUNS:
+        return frame.iloc[positions]
+    starts, ends = np.r_[0, breaks], np.r_[breaks, len(positions)]
+    runs = [frame.iloc[positions[start] : positions[end - 1] + 1] for start, end in zip(starts, ends, strict=True)]
+    return runs[0] if len(runs) == 1 else pd.concat(runs)
+
+
 def read_parquet_rows(
     path: str | os.PathLike[str], column: str, values: Collection[str], **options: Any
 ) -> pd.DataFrame:

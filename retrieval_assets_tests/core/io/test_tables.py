@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from retrieval_assets.core.io import tables
-from retrieval_assets.core.io.tables import read_parquet_rows, write_parquet
+from retrieval_assets.core.io.tables import MAX_ROW_RUNS, read_parquet_rows, take_rows, write_parquet
 
 
 @pytest.fixture
@@ -121,3 +121,18 @@ def test_slices_of_a_stored_table_are_let_go_as_they_are_read(tmp_path, monkeypa
     # pyarrow holds about one slice (0.7 MB measured); pre-buffered, it held 5.4 MB for this file
     # and, for 200k stored vectors, every column chunk read so far.
     assert max(held) < 2_000_000, held
+
+
+def test_rows_taken_in_runs_are_slices_of_the_frame_and_equal_a_take() -> None:
+    frame = pd.DataFrame({"text": [f"text {n}" for n in range(1000)], "n": np.arange(1000)}, index=np.arange(1000) * 2)
+    frame["text"] = frame["text"].astype("string[pyarrow]")
+    # A delta's order: most rows in place, one document's rows gone, another's moved to the end.
+    runs = np.r_[np.arange(0, 400), np.arange(410, 1000), np.arange(400, 405)]
+    scattered = np.random.default_rng(0).permutation(1000)[:600]
+    for positions in (runs, scattered, np.arange(1000), np.array([], dtype=np.int64)):
+        pd.testing.assert_frame_equal(take_rows(frame, positions), frame.iloc[positions])
+    taken = take_rows(frame, runs)["text"].array.__arrow_array__().chunks
+    source = frame["text"].array.__arrow_array__().chunks[0]
+    # The text of the first run is the frame's own buffer, not a copy.
+    assert len(taken) == 3 and taken[0].buffers()[2].address == source.buffers()[2].address
+    assert len(np.flatnonzero(np.diff(scattered) != 1)) >= MAX_ROW_RUNS  # taken at once instead
