@@ -97,10 +97,34 @@ def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
         with pq.ParquetWriter(path, first.schema) as writer:
             writer.write_table(first)
             for start in range(ROW_GROUP_ROWS, len(frame), ROW_GROUP_ROWS):
-                part = frame.iloc[start : start + ROW_GROUP_ROWS]
-                writer.write_table(pa.Table.from_pandas(part, schema=first.schema, preserve_index=False))
+                writer.write_table(_arrow_part(frame.iloc[start : start + ROW_GROUP_ROWS], first.schema))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
+
+
+def _arrow_part(part: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """``pa.Table.from_pandas(part, schema=schema)``, but a column of 1-D numpy arrays (vectors)
+    becomes one Arrow list in one concatenation: Arrow converts them one by one (200k rows of two
+    120-term SPLADE columns were written in 0.96 s that way, 0.64 s this way)."""
+    arrays = []
+    for field in schema:
+        column = part[field.name]
+        vectors = _vector_list(column.to_numpy(), field.type) if column.dtype == object else None
+        arrays.append(vectors if vectors is not None else pa.array(column, type=field.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _vector_list(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array | None:
+    """An object column of 1-D numpy arrays as an Arrow list of ``arrow_type``; None for a
+    column holding anything else (a missing value, a Python list, a string)."""
+    if not (pa.types.is_list(arrow_type) and len(values)):
+        return None
+    if not all(isinstance(value, np.ndarray) and value.ndim == 1 for value in values):
+        return None
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum([len(value) for value in values], out=offsets[1:])
+    flat = np.concatenate(values).astype(arrow_type.value_type.to_pandas_dtype(), copy=False)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=arrow_type)
 
 
 # Past this many runs of consecutive rows, ``take_rows`` takes them all at once.
@@ -170,7 +194,9 @@ def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.Dat
     """Records as a frame of ``columns``, made a column at a time: pandas made 300k raw rows from
     their dicts in 1.63 s, column lists in 0.79 s."""
     rows = list(records)
-    return pd.DataFrame({name: pd.Series([row.get(name) for row in rows], dtype=dtype) for name, dtype in columns.items()})
+    return pd.DataFrame(
+        {name: pd.Series([row.get(name) for row in rows], dtype=dtype) for name, dtype in columns.items()}
+    )
 
 
 # Columns a frame written before they existed lacks: read as all missing.

@@ -136,3 +136,26 @@ def test_rows_taken_in_runs_are_slices_of_the_frame_and_equal_a_take() -> None:
     # The text of the first run is the frame's own buffer, not a copy.
     assert len(taken) == 3 and taken[0].buffers()[2].address == source.buffers()[2].address
     assert len(np.flatnonzero(np.diff(scattered) != 1)) >= MAX_ROW_RUNS  # taken at once instead
+
+
+def test_vector_columns_are_written_as_arrow_would_write_them(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 10)
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(
+        {
+            "chunk_id": pd.Series([f"d{n}#0" for n in range(35)], dtype="string"),
+            "embedding": [rng.random(4, dtype=np.float32) for _ in range(35)],
+            "indices": [np.arange(n % 5, dtype=np.int32) for n in range(35)],  # empty ones included
+            "values": [rng.random(n % 5).astype(np.float32) for n in range(35)],
+            "note": [None if n % 3 else f"note {n}" for n in range(35)],
+        }
+    )
+    write_parquet(frame, tmp_path / "fast.parquet")
+    frame.to_parquet(tmp_path / "arrow.parquet", index=False)
+    fast, arrow = pq.read_table(tmp_path / "fast.parquet"), pq.read_table(tmp_path / "arrow.parquet")
+    assert fast.schema.equals(arrow.schema) and fast.equals(arrow)
+    assert pq.ParquetFile(tmp_path / "fast.parquet").num_row_groups == 4
+    # A column that is not only vectors (a list among the arrays) is converted by Arrow as before.
+    frame.loc[20, "embedding"] = [0.5, 0.5, 0.5, 0.5]  # type: ignore[call-overload]
+    write_parquet(frame, tmp_path / "mixed.parquet")
+    assert pq.read_table(tmp_path / "mixed.parquet")["embedding"][20].as_py() == [0.5] * 4
