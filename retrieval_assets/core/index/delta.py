@@ -251,7 +251,8 @@ def delta_held_chunk_ids(store: IndexStore, delta: Delta, expected: set[str]) ->
     the version (a 1M-point qdrant-edge shard took 9 s to list): the base's ids, checked when it
     was sealed, with the plan applied, when they are ``expected`` and the store holds every
     upserted chunk, none of the deleted ones and no other point. Otherwise the store's own
-    listing, so that a disagreement is named as a full build's is."""
+    listing, so that a disagreement is named as a full build's is. Only for a store that holds a
+    chunk id once at most (FAISS's id map, qdrant's point ids), whose count then proves the rest."""
     base = sealed_chunk_ids(delta.base)
     upserted, deleted = set(delta.plan.upserted), set(delta.plan.deleted)
     if (
