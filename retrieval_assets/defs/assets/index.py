@@ -367,7 +367,7 @@ def tantivy_index(
         context.log.info(f"tantivy delta: rebuilt {tenants['tenants_rebuilt']}, patched {tenants['tenants_patched']}")
     # Listed whole, delta or not: tantivy would hold a chunk twice where a rebuild repeated it, so
     # its count and a delta's changes alone could miss one that is gone (``delta_held_chunk_ids``).
-    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"], None, **tenants)
+    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"], None, None, **tenants)
 
 
 @asset(
