@@ -12,9 +12,13 @@ import codecs
 import gzip
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 CatalogFormat = Literal["tool_catalog", "beir"]
@@ -92,25 +96,81 @@ def read_raw_rows(path: str | Path) -> Iterator[RawRow]:
     quarantines them as ``blank_line``) so no input line disappears silently. A missing
     file is reported here, at call time, rather than at the first iteration.
     """
+    blocks = read_line_blocks(path)
+    return (
+        RawRow(source=str(path), line_number=number, raw=text, utf8_error=error)
+        for block in blocks
+        for number, text, error in zip(
+            block.line_numbers.tolist(), block.texts.to_pylist(), block.utf8_errors.tolist(), strict=True
+        )
+    )
+
+
+@dataclass(frozen=True)
+class LineBlock:
+    """Consecutive lines of a JSON Lines file: their 1-based numbers, their text without line
+    terminators, and which were not valid UTF-8 (their text is a lossy decode)."""
+
+    line_numbers: np.ndarray
+    texts: pa.StringArray
+    utf8_errors: np.ndarray
+
+
+# Bytes of a JSON Lines file read at once. Each block's lines become Arrow strings in a few
+# array operations: a 1M-line catalog made RawRow objects, then columns, in about 10 s.
+LINE_BLOCK_BYTES = 64 * 2**20
+
+
+def read_line_blocks(path: str | Path, block_bytes: int = LINE_BLOCK_BYTES) -> Iterator[LineBlock]:
+    """The lines of a ``.jsonl`` or ``.jsonl.gz`` file, a block at a time (``read_raw_rows``'
+    rules: every line, blank ones included, with its terminator and a leading byte-order mark
+    removed). A missing file is reported at call time."""
     path = Path(path)
     if not path.is_file():
         raise CatalogError(f"catalog file not found: {path}")
-    return _iter_lines(path)
+    return _line_blocks(path, block_bytes)
 
 
-def _iter_lines(path: Path) -> Iterator[RawRow]:
+def _line_blocks(path: Path, block_bytes: int) -> Iterator[LineBlock]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            line = line.rstrip(b"\r\n")
-            if line_number == 1:
-                # A UTF-8 byte-order mark would otherwise make the first record malformed JSON.
-                line = line.removeprefix(codecs.BOM_UTF8)
-            try:
-                text, utf8_error = line.decode("utf-8"), False
-            except UnicodeDecodeError:
-                text, utf8_error = line.decode("utf-8", errors="replace"), True
-            yield RawRow(source=str(path), line_number=line_number, raw=text, utf8_error=utf8_error)
+        # A UTF-8 byte-order mark would otherwise make the first record malformed JSON.
+        rest, numbered = handle.read(len(codecs.BOM_UTF8)).removeprefix(codecs.BOM_UTF8), 0
+        while block := handle.read(block_bytes):
+            data = rest + block
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if cut:
+                lines = _lines(data[:cut], numbered)
+                numbered += len(lines.texts)
+                yield lines
+        if rest:
+            yield _lines(rest + b"\n", numbered)
+
+
+def _lines(data: bytes, numbered: int) -> LineBlock:
+    """The lines of ``data``, which ends with a newline, numbered after ``numbered``."""
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    offsets = pa.array(np.concatenate(([0], ends + 1)).astype(np.int64)).buffers()[1]
+    raw = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(ends), [None, offsets, pa.py_buffer(data)])
+    numbers = np.arange(numbered + 1, numbered + len(ends) + 1, dtype=np.int64)
+    try:
+        texts = pc.utf8_rtrim(raw.cast(pa.large_string()), characters="\r\n")
+        return LineBlock(numbers, texts, np.zeros(len(ends), dtype=bool))
+    except pa.ArrowInvalid:  # not all UTF-8: decode line by line, flagging the lines that are not
+        decoded = [_decoded(line.rstrip(b"\r\n")) for line in raw.to_pylist()]
+        return LineBlock(
+            numbers,
+            pa.array([text for text, _ in decoded], type=pa.large_string()),
+            np.array([error for _, error in decoded], dtype=bool),
+        )
+
+
+def _decoded(line: bytes) -> tuple[str, bool]:
+    try:
+        return line.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return line.decode("utf-8", errors="replace"), True
 
 
 def _beir_file(beir_dir: Path, stem: str) -> Path:

@@ -8,6 +8,7 @@ the Parquet output of the one before it.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from retrieval_assets.core.ingest.catalog import (
     CatalogSource,
     RawRow,
     catalog_file,
+    read_line_blocks,
 )
 from retrieval_assets.core.ingest.chunking import make_chunker
 from retrieval_assets.core.ingest.cleaning import (
@@ -52,6 +54,7 @@ from retrieval_assets.core.io.tables import (
     documents_to_frame,
     frame_to_documents,
     frame_to_raw_rows,
+    line_blocks_to_frame,
     raw_rows_to_frame,
     take_rows,
 )
@@ -88,6 +91,10 @@ def read_source_rows(source: CatalogSource, cache_dir: Path | None = None) -> tu
     if source.format == "inbox":
         frame = raw_rows_to_frame(_inbox_rows(source))
         return frame, {"rows": len(frame)}
+    if source.format in ("tool_catalog", "beir"):
+        started, path = time.perf_counter(), catalog_file(source.path, source.format)
+        frame = line_blocks_to_frame(read_line_blocks(path), source_key(source))
+        return frame, {"rows": len(frame), "read_seconds": round(time.perf_counter() - started, 3)}
     read = read_source(source, cache_dir)
     frame = raw_rows_to_frame(read.rows)
     frame = frame.assign(source=pd.Series(source_key(source), index=frame.index, dtype="string"))

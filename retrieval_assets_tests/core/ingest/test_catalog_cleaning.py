@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 from pathlib import Path
@@ -10,11 +11,13 @@ import pandas as pd
 import pytest
 
 from retrieval_assets.core.ingest.catalog import (
+    LINE_BLOCK_BYTES,
     CatalogError,
     CatalogSource,
     RawRow,
     load_gold,
     load_raw_rows,
+    read_line_blocks,
     read_raw_rows,
 )
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows, clean_text
@@ -23,6 +26,7 @@ from retrieval_assets.core.io.tables import (
     documents_to_frame,
     frame_to_documents,
     frame_to_raw_rows,
+    line_blocks_to_frame,
     quarantine_to_frame,
     raw_rows_to_frame,
 )
@@ -383,3 +387,36 @@ def test_document_records_keep_their_structure_and_rejections_their_reason() -> 
     ]
     # The structure survives the documents frame (Parquet) both ways.
     assert frame_to_documents(documents_to_frame(result.documents)) == result.documents
+
+
+def _lines_as_python_reads_them(path: Path) -> list[tuple[int, str, bool]]:
+    """Each line as iterating the binary file gives it, stripped and decoded as read_raw_rows promises."""
+    rows = []
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip(b"\r\n").removeprefix(codecs.BOM_UTF8 if number == 1 else b"")
+            try:
+                rows.append((number, line.decode("utf-8"), False))
+            except UnicodeDecodeError:
+                rows.append((number, line.decode("utf-8", errors="replace"), True))
+    return rows
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2, 5, 13, LINE_BLOCK_BYTES])
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
+def test_line_blocks_split_lines_as_a_file_iterates_them(tmp_path: Path, block_bytes: int, ending: bytes) -> None:
+    # Blank lines, CR LF and stray CRs, multi-byte characters across block edges, bad bytes in one block.
+    lines = [b'{"id": "\xc3\xa9t\xc3\xa9"}\r', b"", b"\r\r", b"  ", b'{"x": "\xe2\x82\xac\xff"}', b"{}" + ending]
+    content = codecs.BOM_UTF8 + b"\n".join(lines)
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(content)
+    blocks = list(read_line_blocks(path, block_bytes))
+    got = [
+        (number, text, error)
+        for block in blocks
+        for number, text, error in zip(block.line_numbers, block.texts.to_pylist(), block.utf8_errors, strict=True)
+    ]
+    assert got == _lines_as_python_reads_them(path)
+    frame = line_blocks_to_frame(blocks, "s")
+    rows = [row.model_copy(update={"source": "s"}) for row in read_raw_rows(path)]
+    pd.testing.assert_frame_equal(frame, raw_rows_to_frame(rows))

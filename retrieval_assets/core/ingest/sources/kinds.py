@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from retrieval_assets.core.ingest.catalog import (
     CatalogError,
     CatalogSource,
-    RawRow,
     SourceFormat,
-    load_raw_rows,
     source_name,
 )
 from retrieval_assets.core.ingest.sources.records import SourceRead
@@ -39,7 +35,8 @@ _SNIFF_LINES = 50
 
 
 def read_source(source: CatalogSource, cache_dir: Path | None = None) -> SourceRead:
-    """A catalog source's raw rows (not the inbox's: ``steps`` reads those), streamed."""
+    """A folder's, table's or the Anthology's raw rows, streamed (``steps`` reads JSON Lines
+    catalogs and the inbox itself)."""
     if source.format == "files":
         from retrieval_assets.core.ingest.sources.files import read_files
 
@@ -52,18 +49,7 @@ def read_source(source: CatalogSource, cache_dir: Path | None = None) -> SourceR
         from retrieval_assets.core.ingest.sources.anthology import read_anthology
 
         return read_anthology(source)
-    if source.format in ("tool_catalog", "beir"):
-        stats: dict[str, float] = {}
-        return SourceRead(_counted(load_raw_rows(source), stats), stats)
-    raise ValueError(f"read_source reads catalogs, not {source.format!r}")
-
-
-def _counted(rows: Iterator[RawRow], stats: dict[str, float]) -> Iterator[RawRow]:
-    started, count = time.perf_counter(), 0
-    for row in rows:
-        count += 1
-        yield row
-    stats.update(rows=count, read_seconds=round(time.perf_counter() - started, 3))
+    raise ValueError(f"read_source reads folders, tables and the Anthology, not {source.format!r}")
 
 
 def _first_record(path: Path) -> dict | None:
