@@ -74,6 +74,7 @@ from retrieval_assets.core.index.vocabulary import (
 )
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.memory import collection_paused
+from retrieval_assets.core.io.tables import rows_where
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.stores.base import (
     IndexStore,
@@ -117,7 +118,7 @@ class DeltaPlan:
         return (len(self.upserted) + len(self.deleted)) / max(self.base_chunks, self.candidate_chunks, 1)
 
     def upserted_rows(self, chunks: pd.DataFrame) -> pd.DataFrame:
-        return chunks[chunks["chunk_id"].isin(self.upserted)]
+        return rows_where(chunks, chunks["chunk_id"].isin(self.upserted))
 
 
 @dataclass(frozen=True)
@@ -418,9 +419,7 @@ def delta_lexical_index(
     # Payloads are made only for what is written: a rebuilt tenant's every chunk, a patched
     # tenant's upserted ones (every candidate's payload at once: 11.3 GB for a 1M delta's step).
     written = tenants.isin(rebuilt) | (tenants.isin(patched) & chunks["chunk_id"].isin(upserted))
-    added, encoded = candidate_payloads(
-        delta.base, chunks[written.to_numpy(dtype=bool)], plan, context, upserted_payloads
-    )
+    added, encoded = candidate_payloads(delta.base, rows_where(chunks, written), plan, context, upserted_payloads)
     store.add(added, encoded)
     fault_point("tantivy_index")
     store.finalize()
@@ -453,7 +452,7 @@ def delta_term_counts(delta: Delta, chunks: pd.DataFrame) -> pd.DataFrame:
     before = pd.read_parquet(delta.base.layout.chunks, columns=["chunk_id", "doc_id"])
     old_chunks = before.loc[before["doc_id"].isin(documents), "chunk_id"]
     old = FaissDenseStore.stored_payloads(delta.base.layout.faiss, set(old_chunks)).values()
-    new = chunks[chunks["doc_id"].isin(documents)]
+    new = rows_where(chunks, chunks["doc_id"].isin(documents))
     return update_term_counts(
         pd.read_parquet(delta.base.layout.vocabulary_counts), payload_texts(old), chunk_texts(new)
     )

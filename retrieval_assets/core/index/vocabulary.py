@@ -15,6 +15,7 @@ import pandas as pd
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback
 from retrieval_assets.core.embed.cache import CacheStats, EmbeddingCache, content_hash, encode_with_cache
 from retrieval_assets.core.embed.vectors import dense_values
+from retrieval_assets.core.io.tables import rows_where
 from retrieval_assets.core.settings import VocabularySettings
 from retrieval_assets.core.stores.base import Payload
 
@@ -159,7 +160,7 @@ def update_term_counts(counts: pd.DataFrame, removed: Iterable[TermText], added:
     # Every term of a removed or added document, also where the change nets out to zero.
     touched = set(change.columns["doc_freq"])
     is_touched = counts["term"].isin(touched).to_numpy(dtype=bool)
-    rows = counts[is_touched]
+    rows = rows_where(counts, is_touched)
     tallies = _Tallies(
         {column: Counter(dict(zip(rows["term"], rows[column].tolist(), strict=True))) for column in _COUNTED},
         Counter(
@@ -173,7 +174,7 @@ def update_term_counts(counts: pd.DataFrame, removed: Iterable[TermText], added:
     for column in _COUNTED:
         tallies.columns[column].update(change.columns[column])
     tallies.tenants.update(change.tenants)
-    recounted, untouched = _counts_frame(tallies), counts[~is_touched]
+    recounted, untouched = _counts_frame(tallies), rows_where(counts, ~is_touched)
     if untouched.empty:
         return recounted
     # Untouched rows keep their cells (lists, or numpy arrays as read back from Parquet).

@@ -28,6 +28,7 @@ from retrieval_assets.core.io.tables import (
     RECORD_BLOCK_ROWS,
     empty_frame,
     frame_to_raw_rows,
+    rows_where,
     take_rows,
     write_parquet,
 )
@@ -69,7 +70,8 @@ class ParsedRows:
         salt = _source_hash(inspect.getsource(cleaning), fmt, tenant_id, max_text_chars)
         keys = pd.Index(list(_row_keys(raw, salt)), dtype=object)
         known = keys.isin(self._previous.index)
-        fresh = parse_rows(frame_to_raw_rows(raw[~known] if known.any() else raw), fmt, tenant_id, max_text_chars)
+        unknown = rows_where(raw, ~known) if known.any() else raw
+        fresh = parse_rows(frame_to_raw_rows(unknown), fmt, tenant_id, max_text_chars)
         records = self._in_row_order(keys, known, fresh)
         self._seen.append(records[~records.index.duplicated()] if records.index.has_duplicates else records)
         self.reused += int(known.sum())

@@ -56,6 +56,7 @@ from retrieval_assets.core.io.tables import (
     frame_to_raw_rows,
     line_blocks_to_frame,
     raw_rows_to_frame,
+    rows_where,
     take_rows,
 )
 from retrieval_assets.core.models import Chunk, Document, QuarantineRecord
@@ -353,7 +354,7 @@ def chunk_frame(
     keys = memo.document_keys(documents).to_numpy()
     previous = memo.previous()
     known = pd.Series(keys).isin(previous["doc_key"]).to_numpy()
-    fresh = _chunk_rows(documents[~known], settings)
+    fresh = _chunk_rows(rows_where(documents, ~known), settings)
     key_of = dict(zip(zip(documents["tenant_id"], documents["doc_id"], strict=True), keys, strict=True))
     fresh["doc_key"] = pd.Series(
         [key_of[pair] for pair in zip(fresh["tenant_id"], fresh["doc_id"], strict=True)], dtype="uint64"

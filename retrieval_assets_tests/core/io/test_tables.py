@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from retrieval_assets.core.io import tables
-from retrieval_assets.core.io.tables import MAX_ROW_RUNS, read_parquet_rows, take_rows, write_parquet
+from retrieval_assets.core.io.tables import MAX_ROW_RUNS, read_parquet_rows, rows_where, take_rows, write_parquet
 
 
 @pytest.fixture
@@ -159,3 +159,33 @@ def test_vector_columns_are_written_as_arrow_would_write_them(tmp_path, monkeypa
     frame.loc[20, "embedding"] = [0.5, 0.5, 0.5, 0.5]  # type: ignore[call-overload]
     write_parquet(frame, tmp_path / "mixed.parquet")
     assert pq.read_table(tmp_path / "mixed.parquet")["embedding"][20].as_py() == [0.5] * 4
+
+
+def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_time(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 50)
+    rows = 1000
+    frame = pd.DataFrame(
+        {
+            "text": pd.Series([None if n % 7 == 0 else f"text {n}" for n in range(rows)], dtype="string"),
+            "count": pd.Series(range(rows), dtype="int64[pyarrow]"),
+            "n": np.arange(rows),
+            "flag": pd.Series([n % 3 == 0 if n % 5 else None for n in range(rows)], dtype="boolean"),
+            "embedding": [np.full(2, n, dtype=np.float32) for n in range(rows)],
+        }
+    )
+    write_parquet(frame, tmp_path / "t.parquet")
+    stored = pd.read_parquet(tmp_path / "t.parquet")
+    assert stored["text"].array.__arrow_array__().num_chunks == rows // 50
+    rng = np.random.default_rng(2)
+    # Sorted and unsorted, with repeats, past MAX_ROW_RUNS runs; then a few rows by a mask.
+    for positions in (np.sort(rng.choice(rows, 600)), rng.choice(rows, 600), rng.permutation(rows)):
+        taken = take_rows(stored, positions)
+        expected = stored.iloc[positions]
+        pd.testing.assert_frame_equal(taken.drop(columns="embedding"), expected.drop(columns="embedding"))
+        assert all(np.array_equal(a, b) for a, b in zip(taken["embedding"], expected["embedding"], strict=True))
+    mask = np.zeros(rows, dtype=bool)
+    mask[[3, 480, 999]] = True
+    few = rows_where(stored, mask)
+    pd.testing.assert_frame_equal(few.drop(columns="embedding"), stored[mask].drop(columns="embedding"))
+    with pytest.raises(IndexError):
+        take_rows(stored, np.r_[np.arange(0, 2 * MAX_ROW_RUNS, 2), rows])
