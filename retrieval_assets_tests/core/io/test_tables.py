@@ -189,3 +189,11 @@ def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_tim
     pd.testing.assert_frame_equal(few.drop(columns="embedding"), stored[mask].drop(columns="embedding"))
     with pytest.raises(IndexError):
         take_rows(stored, np.r_[np.arange(0, 2 * MAX_ROW_RUNS, 2), rows])
+
+
+def test_float_vectors_are_written_without_a_dictionary(stored) -> None:
+    path, _ = stored
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+    assert not any("DICTIONARY" in encoding for encoding in encodings["embedding.list.element"])
+    assert any("DICTIONARY" in encoding for encoding in encodings["chunk_id"])
