@@ -173,6 +173,9 @@ class _HeldTexts:
     def array(self, start: int, stop: int) -> pa.Array:
         return self._array.slice(start, stop - start)
 
+    def part(self, start: int, stop: int) -> _HeldTexts:
+        return _HeldTexts(self.array(start, stop))
+
 
 class _SavedTexts:
     """One record batch's payload texts in the saved file, read with ``os.pread`` when asked for:
@@ -196,6 +199,10 @@ class _SavedTexts:
         return pa.LargeStringArray.from_buffers(
             stop - start, pa.py_buffer(offsets), pa.py_buffer(self._bytes(start, stop))
         )
+
+    def part(self, start: int, stop: int) -> _SavedTexts:
+        """Rows ``start`` to ``stop``, still in the file: their offsets are the batch's own."""
+        return _SavedTexts(self._file, self._data_offset, self._offsets[start : stop + 1])
 
     def _bytes(self, start: int, stop: int) -> bytes:
         first, last = int(self._offsets[start]), int(self._offsets[stop])
@@ -241,9 +248,15 @@ class PayloadTexts(Collection[Payload]):
         return PayloadTexts([*self._parts, *([_HeldTexts(added)] if len(added) else [])])
 
     def kept(self, keep: np.ndarray) -> PayloadTexts:
-        """The rows where ``keep`` is true, in memory."""
-        kept = self.column().filter(pa.array(keep)).combine_chunks()
-        return PayloadTexts([_HeldTexts(kept)] if len(kept) else [])
+        """The rows where ``keep`` is true, as parts of these parts, each a run of kept rows: no
+        text is read or copied (a delta's few deleted rows used to read every payload of a
+        million into memory, 1 GB, to filter them)."""
+        parts: list[_HeldTexts | _SavedTexts] = []
+        for part, start in zip(self._parts, self._starts[:-1].tolist(), strict=True):
+            held = np.asarray(keep[start : start + len(part)], dtype=np.int8)
+            edges = np.flatnonzero(np.diff(np.r_[np.int8(0), held, np.int8(0)])).tolist()
+            parts += [part.part(first, last) for first, last in zip(edges[::2], edges[1::2], strict=True)]
+        return PayloadTexts(parts)
 
     def column(self) -> pa.ChunkedArray:
         """Every row, in memory."""

@@ -399,3 +399,25 @@ def test_an_ivf_index_is_trained_before_its_first_vector_and_keeps_its_cells(tmp
 def faiss_cells(store):
     ivf = store_module.faiss.extract_index_ivf(store._index)
     return ivf.quantizer.reconstruct_n(0, ivf.nlist)
+
+
+def test_deleting_rows_keeps_the_saved_payloads_in_the_file_and_in_order(tmp_path, monkeypatch):
+    # Batches of three, so the deleted rows cut runs inside and across batches.
+    monkeypatch.setattr(store_module, "PAYLOAD_BATCH_ROWS", 3)
+    base, copy = tmp_path / "base", tmp_path / "copy"
+    with FaissDenseStore.create(base, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    store = FaissDenseStore.open_copy(base, copy)
+    gone = {CHUNK_IDS[0], CHUNK_IDS[2], CHUNK_IDS[3], CHUNK_IDS[-1]}
+    allocated = pa.total_allocated_bytes()
+    store.delete(sorted(gone))
+    assert pa.total_allocated_bytes() <= allocated  # no payload text read into memory
+    kept = [payload for chunk_id, payload in zip(CHUNK_IDS, PAYLOADS, strict=True) if chunk_id not in gone]
+    assert list(store._payloads) == kept
+    store.upsert_dense(PAYLOADS[:1], VECTORS[:1])
+    assert [parse_payload(store._payloads.text(row)) for row in range(len(kept) + 1)] == [*kept, PAYLOADS[0]]
+    store.finalize()
+    assert FaissDenseStore.stored_payloads(copy) == {
+        **{chunk_id: payload for chunk_id, payload in zip(CHUNK_IDS, PAYLOADS, strict=True) if chunk_id not in gone},
+        CHUNK_IDS[0]: PAYLOADS[0],
+    }
