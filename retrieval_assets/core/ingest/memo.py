@@ -6,15 +6,17 @@ On a large catalog cleaning and chunking every row costs tens of seconds (ACL An
 memo is a cache, keyed by content: a row's key is a hash of its bytes, of the cleaning rules'
 source code and of the format, tenant and limit; a document's key is a hash of its cleaned
 fields, of the chunker's source code and of its settings. A changed rule therefore misses the
-cache instead of serving stale output. Each build rewrites the memo with exactly the rows and
-documents it saw, so it never grows beyond one catalog.
+cache instead of serving stale output. A build appends what it parsed and chunked; once a
+quarter of the memo's rows are ones the build did not use, it is rewritten with exactly those it
+did (``MemoTable``), so it never grows much beyond one catalog.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -51,17 +53,66 @@ def _row_keys(raw: pd.DataFrame, salt: str) -> Iterator[str]:
             yield hashlib.blake2b(f"{salt}{int(error)}{text}".encode(), digest_size=16).hexdigest()
 
 
+# A memo is rewritten whole once it holds this share more rows than the last build used, or
+# this many segments; until then a build appends only the rows it made.
+MAX_STALE_FRACTION = 0.25
+MAX_SEGMENTS = 16
+
+
+class MemoTable:
+    """A memo's rows on disk: a base file, rewritten now and then, and the segments later builds
+    appended with only the rows they made (a one-document delta used to rewrite a million chunks'
+    memo to change one of them: 3 s). Rows no build uses any more stay until the next rewrite.
+    Rows are unique by ``key``: a segment holds only rows the memo lacked when its build read it,
+    and rows two concurrent builds both added are read once."""
+
+    def __init__(self, path: Path, columns: dict[str, str], key: list[str]) -> None:
+        self.path, self._columns, self._key = path, columns, key
+        self._held = 0
+
+    def segments(self) -> list[Path]:
+        return sorted(self.path.parent.glob(f"{self.path.stem}.segment-*.parquet"))
+
+    def read(self) -> pd.DataFrame:
+        files = ([self.path] if self.path.is_file() else []) + self.segments()
+        frames = [pd.read_parquet(file) for file in files]
+        if not frames:
+            frame = empty_frame(self._columns)
+        elif len(frames) == 1:
+            frame = frames[0]
+        else:
+            frame = pd.concat(frames, ignore_index=True)
+            frame = rows_where(frame, ~frame.duplicated(self._key).to_numpy(dtype=bool))
+        self._held = len(frame)
+        return frame
+
+    def save(self, fresh: pd.DataFrame, live_rows: int, live: Callable[[], pd.DataFrame]) -> None:
+        """Append ``fresh`` (rows this build made, which ``read`` did not find), or write ``live``
+        (every row this build used, ``live_rows`` of them) as the new base when the memo would
+        hold too many stale rows or segments."""
+        segments = self.segments()
+        held = self._held + len(fresh)
+        if self.path.is_file() and held <= (1 + MAX_STALE_FRACTION) * live_rows and len(segments) < MAX_SEGMENTS:
+            if len(fresh):
+                write_parquet(fresh, self.path.with_name(f"{self.path.stem}.segment-{uuid.uuid4().hex}.parquet"))
+            return
+        # Segments go first: a crash before the new base is written loses rows (parsed or chunked
+        # again next time), never leaves stale ones beside it.
+        for segment in segments:
+            segment.unlink(missing_ok=True)
+        write_parquet(live(), self.path)
+
+
 class ParsedRows:
     """Row parses (``cleaning.parse_rows`` records) of the previous build, by row key."""
 
     def __init__(self, directory: Path) -> None:
-        self.path = Path(directory) / PARSED_FILE
-        previous = (
-            pd.read_parquet(self.path) if self.path.is_file() else empty_frame({**PARSE_COLUMNS, "key": "string"})
-        )
+        self._table = MemoTable(Path(directory) / PARSED_FILE, {**PARSE_COLUMNS, "key": "string"}, ["key"])
+        previous = self._table.read()
         # Keys as objects: pandas' isin on Arrow strings loops in Python over the values.
         self._previous = previous.set_index(previous["key"].astype(object)).drop(columns="key")
         self._seen: list[pd.DataFrame] = []
+        self._fresh: list[pd.DataFrame] = []
         self.reused = self.parsed = 0
 
     def parse(self, raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, max_text_chars: int) -> pd.DataFrame:
@@ -74,6 +125,7 @@ class ParsedRows:
         fresh = parse_rows(frame_to_raw_rows(unknown), fmt, tenant_id, max_text_chars)
         records = self._in_row_order(keys, known, fresh)
         self._seen.append(records[~records.index.duplicated()] if records.index.has_duplicates else records)
+        self._fresh.append(fresh.set_axis(keys[~known]))
         self.reused += int(known.sum())
         self.parsed += len(fresh)
         return records.reset_index(drop=True)
@@ -95,17 +147,26 @@ class ParsedRows:
         return take_rows(pd.concat([self._previous, fresh]), order)
 
     def save(self) -> None:
-        """Keep exactly the rows this build parsed or reused."""
+        """Keep the rows this build parsed (``MemoTable``: all it parsed or reused, now and then)."""
         seen = pd.concat(self._seen) if self._seen else self._previous.iloc[:0]
-        frame = seen[~seen.index.duplicated()].rename_axis("key").reset_index()
-        write_parquet(frame, self.path)
+        fresh = pd.concat(self._fresh) if self._fresh else self._previous.iloc[:0]
+        self._table.save(
+            _keyed(fresh), int((~seen.index.duplicated()).sum()), lambda: _keyed(seen)
+        )
+
+
+def _keyed(records: pd.DataFrame) -> pd.DataFrame:
+    """Records indexed by row key as a memo table: each key once, the key a column."""
+    return records[~records.index.duplicated()].rename_axis("key").reset_index()
 
 
 class ChunkMemo:
     """The previous build's chunks, each row with its document's key (``doc_key``)."""
 
     def __init__(self, directory: Path, settings: ChunkingSettings) -> None:
-        self.path = Path(directory) / CHUNKS_FILE
+        self._table = MemoTable(
+            Path(directory) / CHUNKS_FILE, {**CHUNK_COLUMNS, "doc_key": "uint64"}, ["doc_key", "ordinal"]
+        )
         # The chunk id scheme is part of the key: chunks remembered under another one are made again.
         scheme = inspect.getsource(Chunk.make_id) + inspect.getsource(document_key)
         self._salt = _source_hash(inspect.getsource(chunking), scheme, settings.model_dump_json())[:16]
@@ -116,9 +177,9 @@ class ChunkMemo:
         return hashed.astype("uint64")
 
     def previous(self) -> pd.DataFrame:
-        if self.path.is_file():
-            return pd.read_parquet(self.path)
-        return empty_frame({**CHUNK_COLUMNS, "doc_key": "uint64"})
+        return self._table.read()
 
-    def save(self, frame: pd.DataFrame) -> None:
-        write_parquet(frame, self.path)
+    def save(self, fresh: pd.DataFrame, chunks: pd.DataFrame) -> None:
+        """Keep the chunks of the documents this build chunked (``fresh``; ``MemoTable``: every
+        chunk of this build, ``chunks``, now and then)."""
+        self._table.save(fresh, len(chunks), lambda: chunks)

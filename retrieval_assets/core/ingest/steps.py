@@ -365,7 +365,7 @@ def chunk_frame(
     rows = np.flatnonzero(~np.isnan(document_position))
     order = rows[np.lexsort((both["ordinal"].to_numpy()[rows], document_position[rows]))]
     frame = take_rows(both, order).reset_index(drop=True)
-    memo.save(frame)
+    memo.save(fresh, frame)
     stats = {"documents_chunked": int((~known).sum()), "documents_reused": int(known.sum())}
     return frame[list(CHUNK_COLUMNS)].astype(CHUNK_COLUMNS), stats
 

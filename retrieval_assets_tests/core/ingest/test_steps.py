@@ -19,7 +19,7 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.ingest.memo import ChunkMemo, MemoTable, ParsedRows
 from retrieval_assets.core.ingest.steps import (
     chunk_frame,
     clean_catalogs,
@@ -27,7 +27,7 @@ from retrieval_assets.core.ingest.steps import (
     rows_of_source,
 )
 from retrieval_assets.core.io import tables
-from retrieval_assets.core.io.tables import frame_to_documents
+from retrieval_assets.core.io.tables import frame_to_documents, write_parquet
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA
 
@@ -271,3 +271,48 @@ def test_memo_gives_rows_in_order_with_repeated_lines_whatever_it_knows(tmp_path
     last = ParsedRows(tmp_path / "memo")
     clean_catalogs(raw, [source], last)
     assert last.parsed == 0 and last.reused == 5
+
+
+def test_a_small_change_appends_to_the_memo_and_a_large_one_rewrites_it(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    shutil.copytree(BUNDLED_DATA / "scifact_mini", catalog)
+    source, settings, home = CatalogSource(format="beir", path=str(catalog)), ChunkingSettings(), tmp_path / "memo"
+    corpus = catalog / "corpus.jsonl"
+    records = [json.loads(line) for line in corpus.read_text().splitlines()]
+
+    def build(revised: set[int], round_: int) -> tuple[pd.DataFrame, ParsedRows, pd.DataFrame]:
+        lines = [
+            json.dumps(record | {"title": f"{record['title']} ({round_})"} if n in revised else record)
+            for n, record in enumerate(records)
+        ]
+        corpus.write_text("\n".join(lines) + "\n")
+        memo = ParsedRows(home)
+        documents = clean_catalogs(read_raw_catalogs({"main": source})[0], [source], memo).documents
+        return chunk_frame(documents, settings, ChunkMemo(home, settings))[0], memo, documents
+
+    def files() -> dict[str, int]:
+        return {path.name: path.stat().st_ino for path in home.iterdir()}
+
+    build(set(), 0)
+    bases = files()
+    assert sorted(bases) == ["chunks.parquet", "parsed_rows.parquet"]
+    chunks, memo, documents = build({3, 40}, 1)
+    assert memo.parsed == 2
+    after = files()
+    # The bases stay as they were; each memo gained a segment of the two documents' rows.
+    assert {name: after[name] for name in bases} == bases and len(after) == 4
+    assert len(pd.read_parquet(next(home.glob("parsed_rows.segment-*")))) == 2
+    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings)[0])
+    # A third of the catalog revised: past MAX_STALE_FRACTION, both memos are rewritten whole.
+    chunks, memo, documents = build(set(range(0, len(records), 3)), 2)
+    assert memo.reused == len(records) - len(range(0, len(records), 3))
+    assert sorted(files()) == ["chunks.parquet", "parsed_rows.parquet"]
+    assert len(pd.read_parquet(home / "parsed_rows.parquet")) == len(records)
+    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings)[0])
+
+
+def test_memo_rows_two_files_hold_are_read_once(tmp_path: Path) -> None:
+    table = MemoTable(tmp_path / "memo.parquet", {"key": "string", "value": "int64"}, ["key"])
+    write_parquet(pd.DataFrame({"key": ["a", "b"], "value": [1, 2]}), tmp_path / "memo.parquet")
+    write_parquet(pd.DataFrame({"key": ["b", "c"], "value": [2, 3]}), tmp_path / "memo.segment-1.parquet")
+    assert table.read()["key"].tolist() == ["a", "b", "c"]
