@@ -83,15 +83,31 @@ class EmbeddingCache:
     def lookup(self, keys: Sequence[str]) -> pd.DataFrame:
         """Cached rows for ``keys`` (each at most once), in no particular order."""
         # Matched in Arrow, and only matching rows become pandas rows: pandas' ``isin`` on
-        # Arrow strings looped in Python over the wanted keys, for every segment.
-        wanted = pa.array(set(keys), type=pa.string())
-        found = []
+        # Arrow strings looped in Python over the wanted keys, for every segment. The keys of
+        # every segment are matched in one call: each call hashes all the wanted keys first.
+        wanted = pa.array(set(keys), type=pa.large_string())
+        segments = []
         for segment in self.segments():
             try:
-                table = pq.read_table(segment)
+                column = pq.read_table(segment, columns=[KEY]).column(KEY).cast(pa.large_string())
             except FileNotFoundError:  # merged away by a concurrent compaction; its rows live on
                 continue
-            found.append(table.filter(pc.is_in(table.column(KEY), value_set=wanted)).to_pandas())
+            segments.append((segment, column))
+        every_key = pa.chunked_array([chunk for _, column in segments for chunk in column.chunks], pa.large_string())
+        held = pc.is_in(every_key, value_set=wanted)
+        found, start = [], 0
+        for segment, column in segments:
+            mask = held.slice(start, len(column))
+            start += len(column)
+            matching = pc.sum(mask).as_py() or 0
+            if not matching:
+                continue
+            try:
+                table = pq.read_table(segment)
+            except FileNotFoundError:
+                continue
+            # A segment whose rows are all wanted is taken as it is: filtering copies every vector.
+            found.append((table if matching == table.num_rows else table.filter(mask)).to_pandas())
         if not found:
             return empty_frame({KEY: "string"})
         return pd.concat(found, ignore_index=True).drop_duplicates(KEY)
@@ -138,7 +154,7 @@ def encode_with_cache(
         raise ValueError(f"{len(keys)} keys but {len(texts)} texts")
     position_of = {key: position for position, key in enumerate(keys)}
     cached = cache.lookup(list(position_of))
-    known = set(cached[KEY])
+    known = set(cached[KEY].tolist())
     missing = [key for key in position_of if key not in known]
     blocks = [cached]
     for start in range(0, len(missing), block_rows):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.cache import KEY, EmbeddingCache, encode_with_cache
 from retrieval_assets.core.embed.steps import ChunkTexts
@@ -26,6 +28,14 @@ def test_lookup_finds_each_wanted_key_once_across_segments(tmp_path: Path) -> No
     assert sorted(found.index) == ["a", "c", "d"]
     assert found["embedding"]["a"].tolist() == [0, 0, 0] and found["embedding"]["d"].tolist() == [11, 11, 11]
     assert found.index.dtype == "string" and found["embedding"]["a"].dtype == np.float32
+    # Segments none of whose rows are wanted, all of them, and one keyed by Arrow's 32-bit strings.
+    cache.append(_segment(["x", "y"], 20))
+    cache.append(_segment(["e"], 30))
+    narrow = pa.table({KEY: pa.array(["f", "z"], pa.string()), "embedding": [[40.0] * 3, [41.0] * 3]})
+    pq.write_table(narrow, cache.path / "segment-narrow.parquet")
+    found = cache.lookup(["a", "c", "d", "e", "f"]).set_index(KEY)
+    assert sorted(found.index) == ["a", "c", "d", "e", "f"]
+    assert found["embedding"]["e"].tolist() == [30, 30, 30] and found["embedding"]["f"].tolist() == [40, 40, 40]
 
 
 def test_only_missing_texts_are_encoded_and_rows_follow_the_keys(tmp_path: Path) -> None:
