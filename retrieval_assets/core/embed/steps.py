@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
@@ -48,20 +48,24 @@ def _embed(
     columns: list[str],
     progress: ProgressCallback | None,
     block_rows: int,
+    texts: Sequence[str] | None,
 ) -> tuple[pd.DataFrame, CacheStats]:
     # Read from the table's columns: building a Chunk per row cost 2 s per step on the ACL Anthology.
     keys = chunks["content_hash"].tolist()
     if not all(isinstance(key, str) and key for key in keys):
         raise ValueError("chunks lack a content_hash: make them with chunk_documents")
-    texts = ChunkTexts(chunks["title"].array, chunks["text"].array)
+    if texts is None:
+        texts = ChunkTexts(chunks["title"].array, chunks["text"].array)
     values, stats = encode_with_cache(keys, texts, encode_block, cache, block_rows=block_rows, progress=progress)
     values.insert(0, "chunk_id", pd.Series(chunks["chunk_id"].to_numpy(), dtype="string"))
     return values[columns], stats
 
 
 # The chunk columns an embedding step reads (metadata, the largest of the rest, is left on disk);
-# the dense one also reads each document's precomputed vectors.
-SPARSE_CHUNK_COLUMNS = ["chunk_id", "content_hash", "title", "text"]
+# the dense one also reads each document's precomputed vectors. The texts are read only if a
+# chunk is encoded (``DeferredChunkTexts``).
+TEXT_COLUMNS = ["title", "text"]
+SPARSE_CHUNK_COLUMNS = ["chunk_id", "content_hash"]
 DENSE_CHUNK_COLUMNS = [*SPARSE_CHUNK_COLUMNS, "doc_id", "tenant_id", "vectors"]
 
 
@@ -86,6 +90,35 @@ class ChunkTexts(Sequence[str]):
             return [self[i] for i in range(*index.indices(len(self)))]
         title = self._titles[index]
         return embedding_text(title if isinstance(title, str) else None, str(self._texts[index]))
+
+
+class DeferredChunkTexts(Sequence[str]):
+    """The embedding texts of a chunks table's ``rows`` rows, whose title and text columns
+    ``load`` reads when a text is first asked for: a step whose vectors are all cached never
+    reads them (a million chunks' texts are about 1 GB)."""
+
+    def __init__(self, rows: int, load: Callable[[], pd.DataFrame], positions: Sequence[int] | None = None) -> None:
+        self._rows, self._load, self._positions = rows, load, positions
+        self._texts: ChunkTexts | None = None
+
+    def at(self, positions: Sequence[int]) -> DeferredChunkTexts:
+        """The texts of these rows of the table, in this order, still unread."""
+        return DeferredChunkTexts(len(positions), self._load, positions)
+
+    def __len__(self) -> int:
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if self._texts is None:
+            columns = self._load()
+            if self._positions is not None:
+                columns = columns.iloc[list(self._positions)]
+            self._texts = ChunkTexts(columns["title"].array, columns["text"].array)
+        return self._texts[index]
 
 
 # Chunk ids named per kind of unused vector in ``PrecomputedStats.examples``.
@@ -169,10 +202,12 @@ def embed_dense(
     cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
+    texts: DeferredChunkTexts | None = None,
 ) -> tuple[pd.DataFrame, DenseStats]:
     """Dense vectors of every chunk of a chunks table: the configured model's precomputed vector
     where a chunk carries a usable one (``precomputed_vectors``), else through the cache, where
-    only text the cache lacks is encoded."""
+    only text the cache lacks is encoded. ``texts``, when given, are the chunks' texts, read
+    only if one is encoded; else the table holds them."""
     given, precomputed = precomputed_vectors(chunks, encoder.model_name, encoder.dim)
     rest = [position for position in range(len(chunks)) if position not in given] if given else None
     frame, stats = _embed(
@@ -182,6 +217,7 @@ def embed_dense(
         DENSE_COLUMNS,
         progress,
         block_rows,
+        texts if texts is None or rest is None else texts.at(rest),
     )
     if rest is not None:
         positions = list(given)
@@ -204,8 +240,10 @@ def embed_sparse(
     cache: EmbeddingCache,
     progress: ProgressCallback | None = None,
     block_rows: int = DEFAULT_BLOCK_ROWS,
+    texts: DeferredChunkTexts | None = None,
 ) -> tuple[pd.DataFrame, CacheStats]:
-    """SPLADE vectors of every chunk of a chunks table; only text the cache lacks is encoded."""
+    """SPLADE vectors of every chunk of a chunks table; only text the cache lacks is encoded
+    (``texts`` as ``embed_dense``'s)."""
     return _embed(
         chunks,
         lambda texts, report: sparse_values(encoder.encode_documents(texts, progress=report)),
@@ -213,6 +251,7 @@ def embed_sparse(
         SPARSE_COLUMNS,
         progress,
         block_rows,
+        texts,
     )
 
 

@@ -16,6 +16,8 @@ from retrieval_assets.core.embed.cache import CacheStats
 from retrieval_assets.core.embed.steps import (
     DENSE_CHUNK_COLUMNS,
     SPARSE_CHUNK_COLUMNS,
+    TEXT_COLUMNS,
+    DeferredChunkTexts,
     DenseStats,
     PrecomputedStats,
     embed_dense,
@@ -28,6 +30,7 @@ from retrieval_assets.core.ingest.steps import (
     read_raw_catalog,
 )
 from retrieval_assets.core.io.tables import chunks_to_frame
+from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import log_progress, stopwatch, table_metadata
 from retrieval_assets.defs.partitions import shard_of, source_shards
 from retrieval_assets.defs.resources import (
@@ -45,19 +48,22 @@ def _embed_chunks(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
+    chunks: StoredTable,
     kind: str,
     encoder: DenseEncoder | SparseEncoder,
     embed: Callable[..., tuple[pd.DataFrame, CacheStats]],
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Every chunk's vectors from ``embed`` (``embed_dense`` / ``embed_sparse``) through the
-    ``kind`` cache, and the metadata both embedding assets record."""
+    ``kind`` cache, and the metadata both embedding assets record. The chunks' texts are read
+    only if one of them is encoded."""
     cache = embedding_cache(storage.cache_dir, kind, encoder)
     change = cache.change_of_encoder()
     if change is not None:
         context.log.info(f"{kind} embeddings: {change}")
+    table = chunks.read()
+    texts = DeferredChunkTexts(len(table), lambda: chunks.read_columns(TEXT_COLUMNS))
     with stopwatch() as timer:
-        frame, stats = embed(chunks, encoder, cache, log_progress(context, kind), build.embedding_block_rows)
+        frame, stats = embed(table, encoder, cache, log_progress(context, kind), build.embedding_block_rows, texts)
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
         cache.compact(list(frame["content_hash"]))
     seconds = timer["seconds"]
@@ -106,14 +112,14 @@ def _precomputed(context: AssetExecutionContext, stats: PrecomputedStats) -> dic
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
-    ins={"chunks": AssetIn(metadata={"columns": DENSE_CHUNK_COLUMNS})},
+    ins={"chunks": AssetIn(metadata={"columns": DENSE_CHUNK_COLUMNS, "deferred": True})},
 )
 def dense_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
     storage: IndexStorageResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
+    chunks: StoredTable,
 ) -> MaterializeResult[pd.DataFrame]:
     """One L2-normalised vector per chunk from the configured dense encoder (GPU when present), or
     the catalog's own vector of that model where a one-chunk document carries one."""
@@ -126,14 +132,14 @@ def dense_embeddings(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
-    ins={"chunks": AssetIn(metadata={"columns": SPARSE_CHUNK_COLUMNS})},
+    ins={"chunks": AssetIn(metadata={"columns": SPARSE_CHUNK_COLUMNS, "deferred": True})},
 )
 def sparse_embeddings(
     context: AssetExecutionContext,
     models: ModelResource,
     storage: IndexStorageResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
+    chunks: StoredTable,
 ) -> MaterializeResult[pd.DataFrame]:
     """SPLADE term weights per chunk, for learned-sparse retrieval."""
     encoder = models.sparse_encoder()

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.cache import KEY, EmbeddingCache, encode_with_cache
-from retrieval_assets.core.embed.steps import ChunkTexts
+from retrieval_assets.core.embed.steps import ChunkTexts, DeferredChunkTexts
 
 
 def _segment(keys: list[str], offset: float) -> pd.DataFrame:
@@ -86,3 +86,26 @@ def test_only_the_texts_of_missing_keys_are_made(tmp_path: Path) -> None:
 
     rows, stats = encode_with_cache(["a", "c", "b"], texts, encode, cache)
     assert made == [1] and stats.encoded == 1 and rows[KEY].tolist() == ["a", "c", "b"]
+
+
+def test_deferred_texts_are_read_only_when_a_chunk_is_encoded(tmp_path: Path) -> None:
+    chunks = pd.DataFrame({"chunk_id": ["d#0", "d#1", "e#0"], "content_hash": ["h0", "h1", "h2"]})
+    titles = pd.DataFrame({"title": ["T", "T", None], "text": ["zero", "one", "two"]}, dtype="string")
+    reads: list[int] = []
+
+    def load() -> pd.DataFrame:
+        reads.append(1)
+        return titles
+
+    def encode(texts, _report) -> pd.DataFrame:
+        return pd.DataFrame({"embedding": [np.full(2, len(text), dtype=np.float32) for text in texts]})
+
+    cache = EmbeddingCache(tmp_path, "model")
+    cache.append(_segment(["h0", "h1", "h2"], 0))
+    texts = DeferredChunkTexts(len(chunks), load)
+    encode_with_cache(chunks["content_hash"].tolist(), texts, encode, cache)
+    assert reads == []
+    # One chunk the cache lacks: the texts are read once, and the right one is encoded.
+    values, stats = encode_with_cache(["h0", "new"], DeferredChunkTexts(3, load).at([0, 2]), encode, cache)
+    assert reads == [1] and stats.encoded == 1
+    assert values["embedding"].iloc[1].tolist() == [3.0, 3.0]  # "two", its title missing
