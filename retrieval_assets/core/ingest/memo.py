@@ -27,6 +27,7 @@ from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, p
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
+    MAX_ROW_RUNS,
     RECORD_BLOCK_ROWS,
     empty_frame,
     frame_to_raw_rows,
@@ -54,9 +55,12 @@ def _row_keys(raw: pd.DataFrame, salt: str) -> Iterator[str]:
 
 
 # A memo is rewritten whole once it holds this share more rows than the last build used, or
-# this many segments; until then a build appends only the rows it made.
+# this many segments, or its segments' rows belong in this many places of the catalog; until then
+# a build appends only the rows it made. Each place breaks the memo's rows into one more run out
+# of catalog order, and past ``MAX_ROW_RUNS`` runs a build copies every row to put them in order.
 MAX_STALE_FRACTION = 0.25
 MAX_SEGMENTS = 16
+MAX_APPENDED_PLACES = MAX_ROW_RUNS // 4
 
 
 class MemoTable:
@@ -66,9 +70,11 @@ class MemoTable:
     Rows are unique by ``key``: a segment holds only rows the memo lacked when its build read it,
     and rows two concurrent builds both added are read once."""
 
-    def __init__(self, path: Path, columns: dict[str, str], key: list[str]) -> None:
-        self.path, self._columns, self._key = path, columns, key
-        self._held = 0
+    def __init__(self, path: Path, columns: dict[str, str], key: list[str], place: str) -> None:
+        """Rows are unique by ``key``; rows with one value of ``place`` lie together in catalog
+        order (a row parse, a document's chunks)."""
+        self.path, self._columns, self._key, self._place = path, columns, key, place
+        self._held = self._appended_places = 0
 
     def segments(self) -> list[Path]:
         return sorted(self.path.parent.glob(f"{self.path.stem}.segment-*.parquet"))
@@ -76,6 +82,8 @@ class MemoTable:
     def read(self) -> pd.DataFrame:
         files = ([self.path] if self.path.is_file() else []) + self.segments()
         frames = [pd.read_parquet(file) for file in files]
+        appended = frames[1:] if self.path.is_file() else frames
+        self._appended_places = sum(frame[self._place].nunique() for frame in appended)
         if not frames:
             frame = empty_frame(self._columns)
         elif len(frames) == 1:
@@ -92,7 +100,13 @@ class MemoTable:
         hold too many stale rows or segments."""
         segments = self.segments()
         held = self._held + len(fresh)
-        if self.path.is_file() and held <= (1 + MAX_STALE_FRACTION) * live_rows and len(segments) < MAX_SEGMENTS:
+        places = self._appended_places + fresh[self._place].nunique()
+        if (
+            self.path.is_file()
+            and held <= (1 + MAX_STALE_FRACTION) * live_rows
+            and len(segments) < MAX_SEGMENTS
+            and places <= MAX_APPENDED_PLACES
+        ):
             if len(fresh):
                 write_parquet(fresh, self.path.with_name(f"{self.path.stem}.segment-{uuid.uuid4().hex}.parquet"))
             return
@@ -107,7 +121,7 @@ class ParsedRows:
     """Row parses (``cleaning.parse_rows`` records) of the previous build, by row key."""
 
     def __init__(self, directory: Path) -> None:
-        self._table = MemoTable(Path(directory) / PARSED_FILE, {**PARSE_COLUMNS, "key": "string"}, ["key"])
+        self._table = MemoTable(Path(directory) / PARSED_FILE, {**PARSE_COLUMNS, "key": "string"}, ["key"], "key")
         previous = self._table.read()
         # Keys as objects: pandas' isin on Arrow strings loops in Python over the values.
         self._previous = previous.set_index(previous["key"].astype(object)).drop(columns="key")
@@ -165,7 +179,7 @@ class ChunkMemo:
 
     def __init__(self, directory: Path, settings: ChunkingSettings) -> None:
         self._table = MemoTable(
-            Path(directory) / CHUNKS_FILE, {**CHUNK_COLUMNS, "doc_key": "uint64"}, ["doc_key", "ordinal"]
+            Path(directory) / CHUNKS_FILE, {**CHUNK_COLUMNS, "doc_key": "uint64"}, ["doc_key", "ordinal"], "doc_key"
         )
         # The chunk id scheme is part of the key: chunks remembered under another one are made again.
         scheme = inspect.getsource(Chunk.make_id) + inspect.getsource(document_key)

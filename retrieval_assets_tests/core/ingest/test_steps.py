@@ -303,16 +303,21 @@ def test_a_small_change_appends_to_the_memo_and_a_large_one_rewrites_it(tmp_path
     assert {name: after[name] for name in bases} == bases and len(after) == 4
     assert len(pd.read_parquet(next(home.glob("parsed_rows.segment-*")))) == 2
     pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings)[0])
-    # A third of the catalog revised: past MAX_STALE_FRACTION, both memos are rewritten whole.
-    chunks, memo, documents = build(set(range(0, len(records), 3)), 2)
-    assert memo.reused == len(records) - len(range(0, len(records), 3))
+    # A sixth of the catalog revised, in more places than MAX_APPENDED_PLACES: appended, the
+    # memos' rows would come in too many runs to slice; both are rewritten whole, in order.
+    chunks, memo, documents = build(set(range(0, len(records), 6)), 2)
+    assert memo.reused == len(records) - len(range(0, len(records), 6))
     assert sorted(files()) == ["chunks.parquet", "parsed_rows.parquet"]
     assert len(pd.read_parquet(home / "parsed_rows.parquet")) == len(records)
     pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings)[0])
 
 
-def test_memo_rows_two_files_hold_are_read_once(tmp_path: Path) -> None:
-    table = MemoTable(tmp_path / "memo.parquet", {"key": "string", "value": "int64"}, ["key"])
+def test_memo_rows_two_files_hold_are_read_once_and_stale_rows_are_dropped(tmp_path: Path) -> None:
+    table = MemoTable(tmp_path / "memo.parquet", {"key": "string", "value": "int64"}, ["key"], "key")
     write_parquet(pd.DataFrame({"key": ["a", "b"], "value": [1, 2]}), tmp_path / "memo.parquet")
     write_parquet(pd.DataFrame({"key": ["b", "c"], "value": [2, 3]}), tmp_path / "memo.segment-1.parquet")
     assert table.read()["key"].tolist() == ["a", "b", "c"]
+    # Three rows held and one made, of which the build used two: past MAX_STALE_FRACTION.
+    live = pd.DataFrame({"key": ["c", "d"], "value": [3, 4]})
+    table.save(live.iloc[1:], len(live), lambda: live)
+    assert table.segments() == [] and table.read()["key"].tolist() == ["c", "d"]
