@@ -225,9 +225,11 @@ def document_tenants(documents: Iterable[Document]) -> dict[str, str]:
 def frame_tenants(documents: pd.DataFrame) -> dict[str, str]:
     """``document_tenants`` of a documents frame."""
     tenants = documents["tenant_id"].tolist()
+    # A key per distinct tenant, then joined: ``document_key`` per row quoted the same few tenants
+    # a million times.
+    prefix = {tenant: document_key(tenant, "") for tenant in set(tenants)}
     return {
-        document_key(tenant, doc_id): tenant
-        for tenant, doc_id in zip(tenants, documents["doc_id"].tolist(), strict=True)
+        prefix[tenant] + doc_id: tenant for tenant, doc_id in zip(tenants, documents["doc_id"].tolist(), strict=True)
     }
 
 

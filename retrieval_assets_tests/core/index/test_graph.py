@@ -19,12 +19,13 @@ from retrieval_assets.core.index.graph import (
     document_tenants,
     domain_node,
     edge_violations,
+    frame_tenants,
     graph_summary,
 )
 from retrieval_assets.core.ingest.catalog import read_raw_rows
 from retrieval_assets.core.ingest.cleaning import clean_rows
 from retrieval_assets.core.io.tables import documents_to_frame
-from retrieval_assets.core.models import Document
+from retrieval_assets.core.models import Document, document_key
 from retrieval_assets.core.retrieval.graph_expansion import ToolGraph
 from retrieval_assets.paths import BUNDLED_DATA
 from retrieval_assets_tests import TEST_DATA
@@ -211,3 +212,9 @@ def test_the_frame_graph_equals_the_document_graph(documents: list[Document], do
     pd.testing.assert_frame_equal(got.edges, expected.edges)
     assert (got.dropped, got.documents) == (expected.dropped, expected.documents)
     assert ("ü-tool", "bwa", "benötigt") in {tuple(edge[:3]) for edge in _edges(got.edges)}
+
+
+def test_frame_tenants_keys_each_document_as_document_key_does() -> None:
+    frame = pd.DataFrame({"tenant_id": ["a/b", "c d", "a/b"], "doc_id": ["x", "x", "y#1"]}, dtype="string")
+    pairs = zip(frame["tenant_id"], frame["doc_id"], strict=True)
+    assert frame_tenants(frame) == {document_key(tenant, doc_id): tenant for tenant, doc_id in pairs}
