@@ -363,7 +363,7 @@ def sealed_chunk_ids(version: IndexVersion) -> set[str] | None:
     qdrant-edge shard opens in one process at a time, and a sealed version may be being served."""
     if not (version.sealed and version.layout.chunks.is_file()):
         return None
-    return set(pd.read_parquet(version.layout.chunks, columns=["chunk_id"])["chunk_id"])
+    return set(pd.read_parquet(version.layout.chunks, columns=["chunk_id"])["chunk_id"].tolist())
 
 
 def _embedded_backends(
@@ -435,13 +435,15 @@ def seal_candidate(
     """Mark ``version`` complete once every backend in ``held`` (backend -> the chunk ids it
     holds) holds exactly the chunk ids of its chunk table (``record_candidate_chunks``)."""
     table = pd.read_parquet(version.layout.chunks, columns=["chunk_id", "doc_id"])
-    expected = set(table["chunk_id"])
+    # Lists first: iterating an Arrow-backed column makes a scalar per row, several times slower.
+    chunk_ids, doc_ids = table["chunk_id"].tolist(), table["doc_id"].tolist()
+    expected = set(chunk_ids)
     broken = disagreeing_backends(backend_differences(held, expected))
     if broken:
         raise IndexConsistencyError(f"version {version.id}: backends disagree with the chunks: {broken}")
     fault_point("seal")
     # Two tenants may hold the same id: a document is its (tenant, id), which its chunk id names.
-    documents = len({chunk_document(c, d) for c, d in zip(table["chunk_id"], table["doc_id"], strict=True)})
+    documents = len({chunk_document(c, d) for c, d in zip(chunk_ids, doc_ids, strict=True)})
     return versions.seal(version, fingerprint, chunks=len(expected), documents=documents, **facts)
 
 

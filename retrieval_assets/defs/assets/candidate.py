@@ -154,7 +154,7 @@ def index_version(
     servers = storage.servers()
     # A reused version was checked when it was sealed: its chunk table stands in for the embedded backends.
     sealed = sealed_chunk_ids(version)
-    expected = set(chunks["chunk_id"])
+    expected = set(chunks["chunk_id"].tolist())
     embedded = {"sealed_version": sealed} if sealed is not None else checked_backend_chunk_ids(version, expected)
     held = {**embedded, **(servers.chunk_ids(version.id) if servers else {})}
     differences = backend_differences(held, expected)

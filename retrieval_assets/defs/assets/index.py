@@ -263,7 +263,7 @@ def faiss_index(
         store,
         path,
         index_candidate,
-        set(chunks.column("chunk_id")),
+        set(chunks.column("chunk_id").tolist()),
         timer["seconds"],
         (store.dim, models.dense_encoder().dim),
         delta,
@@ -294,7 +294,7 @@ def qdrant_edge_index(
     path = version.layout.qdrant
     models_used = {"dense_model": models.dense_model, "sparse_model": models.sparse_model}
     sealed = sealed_chunk_ids(version) if index_candidate.reused else None
-    expected = set(chunks.column("chunk_id"))
+    expected = set(chunks.column("chunk_id").tolist())
     if sealed is not None:
         # The reused version may be the one being served, whose shard this process cannot open;
         # it was checked when sealed, so its build manifest and chunk table stand in.
@@ -367,7 +367,8 @@ def tantivy_index(
         context.log.info(f"tantivy delta: rebuilt {tenants['tenants_rebuilt']}, patched {tenants['tenants_patched']}")
     # Listed whole, delta or not: tantivy would hold a chunk twice where a rebuild repeated it, so
     # its count and a delta's changes alone could miss one that is gone (``delta_held_chunk_ids``).
-    return _index_result(store, path, index_candidate, set(chunks["chunk_id"]), timer["seconds"], None, None, **tenants)
+    expected = set(chunks["chunk_id"].tolist())
+    return _index_result(store, path, index_candidate, expected, timer["seconds"], None, None, **tenants)
 
 
 @asset(
