@@ -17,6 +17,7 @@ import pandas as pd
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.faults import fault_point
+from retrieval_assets.core.index.facets import FacetCounts, count_facets, keyword_fields
 from retrieval_assets.core.index.graph import GraphBuild, edge_violations, save_edges
 from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
 from retrieval_assets.core.index.points import PointTables
@@ -49,8 +50,6 @@ FAISS_SLICE_ROWS = 16_384
 # Vectors an IVF index's k-means sees per cell (FAISS warns below 39, samples down above 256):
 # 1M vectors, 4,096 cells: training took 51.5 s on 2 cores (scale.md).
 IVF_TRAINING_POINTS_PER_LIST = 64
-# Keyword fields with at most this many distinct values are listed as facets (e.g. venues).
-MAX_FACET_VALUES = 1000
 # Beside each embedded backend's index: the count and digest of the chunk ids its step listed.
 LISTED_CHUNK_IDS = "listed_chunk_ids.json"
 
@@ -137,53 +136,6 @@ def index_payloads(chunks: pd.DataFrame, context: ContextTokenSettings | None = 
         if authors:
             payload["author_surnames"] = author_surnames(authors if isinstance(authors, list) else [str(authors)])
     return payloads
-
-
-def keyword_facets(
-    payloads: Iterable[Payload], field_types: Mapping[str, FieldType]
-) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
-    """Distinct values of each keyword field that has at most ``MAX_FACET_VALUES`` of them, for
-    the NL filter parser: over every payload, and per tenant. One pass; a tenant's field is
-    no longer looked at once it has too many values (a document id, say), and then has too many
-    over every payload as well."""
-    fields = [field for field, kind in field_types.items() if kind == "keyword"]
-    seen_by_tenant: dict[str, dict[str, set[str]]] = {}
-    # Each tenant's fields still counted, as (field, its values) pairs.
-    counting: dict[str, list[tuple[str, set[str]]]] = {}
-    overflowed: set[str] = set()
-    for payload in payloads:
-        tenant = str(payload["tenant_id"])
-        active = counting.get(tenant)
-        if active is None:
-            seen_by_tenant[tenant] = {field: set() for field in fields}
-            active = counting[tenant] = list(seen_by_tenant[tenant].items())
-        full = []
-        for field, seen in active:
-            value = payload.get(field)
-            if value is None:
-                continue
-            if isinstance(value, list):
-                seen.update(str(v) for v in value)
-            else:
-                seen.add(str(value))
-            if len(seen) > MAX_FACET_VALUES:
-                full.append(field)
-        if full:
-            overflowed.update(full)
-            for field in full:
-                del seen_by_tenant[tenant][field]
-            counting[tenant] = list(seen_by_tenant[tenant].items())
-    per_tenant = {
-        tenant: {field: sorted(values) for field, values in seen.items() if values}
-        for tenant, seen in sorted(seen_by_tenant.items())
-    }
-    overall = {}
-    for field in fields:
-        if field not in overflowed:
-            values = set().union(*(seen[field] for seen in seen_by_tenant.values()))
-            if 0 < len(values) <= MAX_FACET_VALUES:
-                overall[field] = sorted(values)
-    return overall, per_tenant
 
 
 def write_vocabulary(frame: pd.DataFrame, counts: pd.DataFrame, layout: IndexLayout) -> None:
@@ -336,18 +288,18 @@ def write_lexical_index(
     store.add(payloads, encoded)
     fault_point("tantivy_index")
     store.finalize()
-    write_lexical_manifest(store, payloads, kinds, **facts)
+    write_lexical_manifest(store, count_facets(payloads, field_types_from_kinds(kinds)), kinds, **facts)
     return store
 
 
 def write_lexical_manifest(
-    store: TantivyLexicalStore, payloads: Iterable[Payload], kinds: dict[str, dict[str, int]], **facts: object
+    store: TantivyLexicalStore, facet_counts: FacetCounts, kinds: dict[str, dict[str, int]], **facts: object
 ) -> None:
-    """The build manifest of a tantivy index of ``payloads``: the facets, overall and per tenant,
-    and the payloads' ``field_kinds``, from which a later delta build derives its filter field
-    types without reading every payload."""
-    # A scoped query is parsed against its tenants' values only ("in BetaVenue" is text to alpha).
-    facets, tenant_facets = keyword_facets(payloads, field_types_from_kinds(kinds))
+    """The build manifest of a tantivy index: the facets of its payloads (``facet_counts``, saved
+    beside it for the next delta), overall and per tenant, and the payloads' ``field_kinds``,
+    from which a later delta build derives its filter field types without reading every payload."""
+    facets, tenant_facets = facet_counts.facets(keyword_fields(field_types_from_kinds(kinds)))
+    facet_counts.save(store.directory)
     write_build_manifest(
         store.directory, count=store.count(), facets=facets, tenant_facets=tenant_facets, field_kinds=kinds, **facts
     )

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from itertools import chain
 from pathlib import Path
@@ -63,6 +63,7 @@ from retrieval_assets.core.index.build import (
     write_lexical_manifest,
     write_qdrant_points,
 )
+from retrieval_assets.core.index.facets import FacetCounts, count_facets, keyword_fields
 from retrieval_assets.core.index.layout import read_build_manifest
 from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import CandidateRecord, IndexVersion, IndexVersions, VersionError
@@ -77,6 +78,7 @@ from retrieval_assets.core.io.memory import collection_paused
 from retrieval_assets.core.io.tables import rows_where
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.stores.base import (
+    FieldType,
     IndexStore,
     Payload,
     Stemmer,
@@ -428,9 +430,12 @@ def delta_lexical_index(
         counted.pop(tenant, None)
     for tenant in patched:
         counted[tenant] = counted.get(tenant, 0) + removed[tenant]
+    facet_counts = delta_facet_counts(delta.base, replaced, upserted_payloads, field_types, set(live))
+    if facet_counts is None:
+        facet_counts = count_facets(chain(upserted_payloads, kept_payloads(delta.base, plan)), field_types)
     write_lexical_manifest(
         store,
-        chain(upserted_payloads, kept_payloads(delta.base, plan)),
+        facet_counts,
         kinds,
         base_version=delta.base.id,
         rebuilt_tenants=sorted(rebuilt),
@@ -438,6 +443,29 @@ def delta_lexical_index(
         deleted_in_statistics=dict(sorted(counted.items())),
     )
     return store
+
+
+def delta_facet_counts(
+    base: IndexVersion,
+    removed: Iterable[Payload],
+    added: Iterable[Payload],
+    field_types: Mapping[str, FieldType],
+    tenants: Collection[str],
+) -> FacetCounts | None:
+    """The base's facet counts less the payloads a delta removes (its changed and deleted
+    chunks' old ones) plus those it adds; None where they must be counted from every payload
+    again: a base saved without counts, or a field too large to count that may have fallen to
+    a facet's size (``FacetCounts.exact``)."""
+    counts = FacetCounts.load(base.layout.lexical)
+    if counts is None:
+        return None
+    try:
+        counts.remove(removed)
+    except KeyError:  # a payload the counts never held: count again rather than trust them
+        return None
+    counts.add(added, keyword_fields(field_types))
+    counts.keep_tenants(tenants)
+    return counts if counts.exact else None
 
 
 def _is_approximate(version: IndexVersion) -> bool:

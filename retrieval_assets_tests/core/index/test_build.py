@@ -12,6 +12,7 @@ import pytest
 
 from retrieval_assets.core.embed.vectors import dense_matrix
 from retrieval_assets.core.index import build as build_module
+from retrieval_assets.core.index import facets as facets_module
 from retrieval_assets.core.index.build import (
     IndexConsistencyError,
     backend_chunk_ids,
@@ -174,7 +175,7 @@ def _facets_of(payloads: list[dict], fields: list[str], limit: int) -> dict[str,
 
 
 def test_keyword_facets_in_one_pass_are_each_tenants_and_every_payloads_distinct_values(monkeypatch) -> None:
-    monkeypatch.setattr(build_module, "MAX_FACET_VALUES", 5)
+    monkeypatch.setattr(facets_module, "MAX_FACET_VALUES", 5)
     rng = np.random.default_rng(0)
     payloads = [
         {
@@ -191,7 +192,7 @@ def test_keyword_facets_in_one_pass_are_each_tenants_and_every_payloads_distinct
     ]
     fields = ["venue", "year", "authors", "doc_id", "lab", "rare", "absent"]
     types = {field: "keyword" for field in fields} | {"n": "integer"}
-    overall, per_tenant = build_module.keyword_facets(payloads, types)  # type: ignore[arg-type]
+    overall, per_tenant = facets_module.keyword_facets(payloads, types)  # type: ignore[arg-type]
     assert overall == _facets_of(payloads, fields, 5)
     assert set(overall) == {"venue", "year", "authors", "rare"}
     for tenant in ("alpha", "beta"):

@@ -34,6 +34,7 @@ from retrieval_assets.core.index.delta import (
     delta_term_counts,
     record_decision,
 )
+from retrieval_assets.core.index.facets import FACET_COUNTS_FILE, FacetCounts
 from retrieval_assets.core.index.layout import read_build_manifest, write_build_manifest
 from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
@@ -354,7 +355,7 @@ def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_ch
 
 
 def test_an_approximate_versions_delta_patches_a_changed_tenant_in_place_until_its_deletes_pass_the_share(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ) -> None:
     approximate = DenseIndexSettings(approximate_from_chunks=0)
     base = _sealed_version(IndexVersions(tmp_path / "indexes"), _chunks(beta_every=4), dense_index=approximate)
@@ -362,6 +363,11 @@ def test_an_approximate_versions_delta_patches_a_changed_tenant_in_place_until_i
         base_answers = _bm25(before)
     changed = _chunks({"d1": {"text": "A brand new description."}}, drop=("d2",), beta_every=4)
 
+    def unread(*_args: object) -> None:
+        raise AssertionError("the facets were counted from every kept payload")
+
+    # The facets come from the base's counts and the delta's changes, not from every payload.
+    monkeypatch.setattr(delta_module, "kept_payloads", unread)
     with (
         _lexical_delta(base, changed, tmp_path / "patched") as patched,
         build_lexical_index(tmp_path / "full", changed) as full,
@@ -381,8 +387,18 @@ def test_an_approximate_versions_delta_patches_a_changed_tenant_in_place_until_i
     assert {k: manifest[k] for k in ("count", "facets", "tenant_facets", "field_kinds")} == {
         k: whole[k] for k in ("count", "facets", "tenant_facets", "field_kinds")
     }
+    assert FacetCounts.load(tmp_path / "patched") == FacetCounts.load(tmp_path / "full")
     with TantivyLexicalStore.open(base.layout.lexical) as after:
         assert _bm25(after) == base_answers
+    monkeypatch.undo()
+
+    # A base saved before facet counts were: they are counted from every payload, to the same facets.
+    (base.layout.lexical / FACET_COUNTS_FILE).unlink()
+    with _lexical_delta(base, changed, tmp_path / "recounted"):
+        pass
+    recounted = read_build_manifest(tmp_path / "recounted")
+    assert (recounted["facets"], recounted["tenant_facets"]) == (whole["facets"], whole["tenant_facets"])
+    assert FacetCounts.load(tmp_path / "recounted") == FacetCounts.load(tmp_path / "full")
 
     # Deletes already counted near the share (3 of default's 14 documents): this delta's 2 pass it.
     write_build_manifest(
