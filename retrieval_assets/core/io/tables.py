@@ -91,28 +91,30 @@ def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
     copy of a million 384-dim float32 vectors is 1.5 GB). The first group's schema is every
     group's; where a later group does not fit it (a column of only nulls at first), whole."""
     first = pa.Table.from_pandas(frame.iloc[:ROW_GROUP_ROWS], preserve_index=False)
-    options = {"row_group_size": ROW_GROUP_ROWS, "use_dictionary": _dictionary_columns(first.schema)}
+    options = _column_options(first.schema)
     if len(frame) <= ROW_GROUP_ROWS:
-        frame.to_parquet(path, index=False, **options)
+        pq.write_table(first, path, row_group_size=ROW_GROUP_ROWS, **options)
         return
     try:
-        with pq.ParquetWriter(path, first.schema, use_dictionary=options["use_dictionary"]) as writer:
+        with pq.ParquetWriter(path, first.schema, **options) as writer:
             writer.write_table(first)
             for start in range(ROW_GROUP_ROWS, len(frame), ROW_GROUP_ROWS):
                 writer.write_table(_arrow_part(frame.iloc[start : start + ROW_GROUP_ROWS], first.schema))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        frame.to_parquet(path, index=False, **options)
+        frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS, **options)
 
 
-def _dictionary_columns(schema: pa.Schema) -> list[str]:
-    """Every column but vectors of floats, whose values hardly repeat: Parquet tries a dictionary
-    for each column chunk before giving up on it (200k dense vectors were written in 0.55 s
-    without, 0.9 s with, and took 5 % less room)."""
-    return [
-        field.name
-        for field in schema
-        if not (pa.types.is_list(field.type) and pa.types.is_floating(field.type.value_type))
-    ]
+def _column_options(schema: pa.Schema) -> dict[str, Any]:
+    """Vectors (list columns) are written without compression, and vectors of floats without a
+    dictionary: their values hardly repeat, and Parquet tries a dictionary for each column chunk
+    before giving up on it. A million SPLADE vectors were written in 2.84 s against 4.06 s (19 %
+    larger), 200k dense ones in 0.55 s against 0.9 s (5 % smaller)."""
+    vectors = {field.name for field in schema if pa.types.is_list(field.type)}
+    floats = {name for name in vectors if pa.types.is_floating(schema.field(name).type.value_type)}
+    return {
+        "use_dictionary": [field.name for field in schema if field.name not in floats],
+        "compression": {field.name: "none" if field.name in vectors else "snappy" for field in schema},
+    }
 
 
 def _arrow_part(part: pd.DataFrame, schema: pa.Schema) -> pa.Table:

@@ -191,9 +191,11 @@ def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_tim
         take_rows(stored, np.r_[np.arange(0, 2 * MAX_ROW_RUNS, 2), rows])
 
 
-def test_float_vectors_are_written_without_a_dictionary(stored) -> None:
+def test_vectors_are_written_without_compression_and_float_vectors_without_a_dictionary(stored) -> None:
     path, _ = stored
     group = pq.ParquetFile(path).metadata.row_group(0)
-    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
-    assert not any("DICTIONARY" in encoding for encoding in encodings["embedding.list.element"])
-    assert any("DICTIONARY" in encoding for encoding in encodings["chunk_id"])
+    columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+    vectors, ids = columns["embedding.list.element"], columns["chunk_id"]
+    assert not any("DICTIONARY" in encoding for encoding in vectors.encodings)
+    assert any("DICTIONARY" in encoding for encoding in ids.encodings)
+    assert (vectors.compression, ids.compression) == ("UNCOMPRESSED", "SNAPPY")
