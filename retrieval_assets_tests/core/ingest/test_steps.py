@@ -3,6 +3,7 @@ and chunking, on the bundled SciFact sample."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from retrieval_assets.core.ingest import cleaning, steps
+from retrieval_assets.core.ingest import memo as memo_module
 from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow
 from retrieval_assets.core.ingest.inbox import (
     DocumentInbox,
@@ -321,3 +323,16 @@ def test_memo_rows_two_files_hold_are_read_once_and_stale_rows_are_dropped(tmp_p
     live = pd.DataFrame({"key": ["c", "d"], "value": [3, 4]})
     table.save(live.iloc[1:], len(live), lambda: live)
     assert table.segments() == [] and table.read()["key"].tolist() == ["c", "d"]
+
+
+@pytest.mark.parametrize("dtype", ["string", object])
+def test_row_keys_hash_the_salt_the_error_flag_and_the_text(dtype) -> None:
+    texts = ["", '{"_id": "a"}', "caf\u00e9 \ufffd", "x" * 5000]
+    raw = pd.DataFrame({"raw": pd.Series(texts, dtype=dtype), "utf8_error": [False, False, True, False]})
+    if dtype == "string":  # several Arrow chunks, the last a slice
+        raw = pd.concat([raw.iloc[:1], raw.iloc[1:3], raw.iloc[3:]], ignore_index=True)
+    expected = [
+        hashlib.blake2b(f"salt{int(error)}{text}".encode(), digest_size=16).hexdigest()
+        for text, error in zip(texts, raw["utf8_error"], strict=True)
+    ]
+    assert list(memo_module._row_keys(raw, "salt")) == expected
