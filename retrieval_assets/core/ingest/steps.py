@@ -354,10 +354,14 @@ def chunk_frame(
     keys = memo.document_keys(documents).to_numpy()
     previous = memo.previous()
     known = pd.Series(keys).isin(previous["doc_key"]).to_numpy()
-    fresh = _chunk_rows(rows_where(documents, ~known), settings)
-    key_of = dict(zip(zip(documents["tenant_id"], documents["doc_id"], strict=True), keys, strict=True))
+    changed = rows_where(documents, ~known)
+    fresh = _chunk_rows(changed, settings)
+    # The changed documents' keys only: a map of every document's took 1.9 s at 1M.
+    pairs = zip(changed["tenant_id"].tolist(), changed["doc_id"].tolist(), strict=True)
+    key_of = dict(zip(pairs, keys[~known].tolist(), strict=True))
     fresh["doc_key"] = pd.Series(
-        [key_of[pair] for pair in zip(fresh["tenant_id"], fresh["doc_id"], strict=True)], dtype="uint64"
+        [key_of[pair] for pair in zip(fresh["tenant_id"].tolist(), fresh["doc_id"].tolist(), strict=True)],
+        dtype="uint64",
     )
     both = pd.concat([previous, fresh], ignore_index=True) if len(previous) else fresh
     # Each chunk's document's position (NaN: a document no longer there), then its ordinal.

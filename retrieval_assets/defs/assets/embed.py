@@ -65,7 +65,7 @@ def _embed_chunks(
     with stopwatch() as timer:
         frame, stats = embed(table, encoder, cache, log_progress(context, kind), build.embedding_block_rows, texts)
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
-        cache.compact(list(frame["content_hash"]))
+        cache.compact(frame["content_hash"].tolist())
     seconds = timer["seconds"]
     precomputed = _precomputed(context, stats.precomputed) if isinstance(stats, DenseStats) else {}
     return frame, {

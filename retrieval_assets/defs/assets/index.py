@@ -210,7 +210,7 @@ def vocabulary(
                 counts, encoder, build.vocabulary, terms_cache, log_progress(context, "vocabulary")
             )
             write_vocabulary(frame, counts, layout)
-            terms_cache.compact(list(map(term_key, frame["term"])))
+            terms_cache.compact(list(map(term_key, frame["term"].tolist())))
     sources = frame["sources"].explode().value_counts().to_dict() if len(frame) else {}
     return MaterializeResult(
         value=frame,
