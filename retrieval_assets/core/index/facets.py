@@ -37,20 +37,27 @@ class FacetCounts:
     bounds: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, payloads: Iterable[Payload], fields: Collection[str]) -> None:
+        # Each tenant's counted fields as (field, counts) pairs, made again only when one is bounded.
+        active: dict[str, list[tuple[str, dict[str, int]]]] = {}
         for payload in payloads:
             tenant = str(payload["tenant_id"])
             if tenant not in self.counts:
                 self.counts[tenant] = {name: {} for name in fields}
                 self.bounds[tenant] = {}
-            counted = self.counts[tenant]
-            for name, held in list(counted.items()):
+            if tenant not in active:
+                active[tenant] = list(self.counts[tenant].items())
+            bounded = False
+            for name, held in active[tenant]:
                 value = payload.get(name)
                 if value is None:
                     continue
                 for item in _values(value):
                     held[item] = held.get(item, 0) + 1
                 if len(held) > COUNTED_VALUES:
-                    self.bounds[tenant][name] = len(counted.pop(name))
+                    self.bounds[tenant][name] = len(self.counts[tenant].pop(name))
+                    bounded = True
+            if bounded:
+                active[tenant] = list(self.counts[tenant].items())
 
     def remove(self, payloads: Iterable[Payload]) -> None:
         """Take away ``payloads``, which these counts hold."""
@@ -120,13 +127,6 @@ def count_facets(payloads: Iterable[Payload], field_types: Mapping[str, FieldTyp
     counts = FacetCounts()
     counts.add(payloads, keyword_fields(field_types))
     return counts
-
-
-def keyword_facets(
-    payloads: Iterable[Payload], field_types: Mapping[str, FieldType]
-) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
-    """The facets of ``payloads``, over every payload and per tenant, in one pass."""
-    return count_facets(payloads, field_types).facets(keyword_fields(field_types))
 
 
 def _values(value: object) -> set[str] | tuple[str]:

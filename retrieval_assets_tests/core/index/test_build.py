@@ -192,7 +192,8 @@ def test_keyword_facets_in_one_pass_are_each_tenants_and_every_payloads_distinct
     ]
     fields = ["venue", "year", "authors", "doc_id", "lab", "rare", "absent"]
     types = {field: "keyword" for field in fields} | {"n": "integer"}
-    overall, per_tenant = facets_module.keyword_facets(payloads, types)  # type: ignore[arg-type]
+    counts = facets_module.count_facets(payloads, types)  # type: ignore[arg-type]
+    overall, per_tenant = counts.facets(facets_module.keyword_fields(types))  # type: ignore[arg-type]
     assert overall == _facets_of(payloads, fields, 5)
     assert set(overall) == {"venue", "year", "authors", "rare"}
     for tenant in ("alpha", "beta"):
