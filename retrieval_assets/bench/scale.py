@@ -47,6 +47,7 @@ from retrieval_assets.core.embed.vectors import dense_matrix, dense_values, l2_n
 from retrieval_assets.core.evaluation.metrics import latency_percentiles
 from retrieval_assets.core.index.versions import IndexVersions
 from retrieval_assets.core.ingest.catalog import catalog_file, read_raw_rows
+from retrieval_assets.core.io.parted import table_path
 from retrieval_assets.core.retrieval.service import open_retriever
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
@@ -185,8 +186,11 @@ def _base_vectors(records: Sequence[dict[str, Any]], workdir: Path, build: dict[
     resources = _resources(workdir / "home", _beir(corpus), build)
     outcome = sealed(build_index(resources))
     chunks = pd.read_parquet(materialized(outcome.run, "chunks")["path"], columns=["chunk_id", "doc_id", "ordinal"])
-    dense = pd.read_parquet(materialized(outcome.run, "dense_embeddings")["path"])
-    sparse = pd.read_parquet(materialized(outcome.run, "sparse_embeddings")["path"]).set_index("chunk_id")
+    dense, sparse = (
+        table_path(Path(materialized(outcome.run, name)["path"])).read_pandas()
+        for name in ("dense_embeddings", "sparse_embeddings")
+    )
+    sparse = sparse.set_index("chunk_id")
     ids = chunks["chunk_id"].tolist()
     return BaseVectors(chunks, dense_matrix(dense, ids), sparse.loc[ids, ["indices", "values"]])
 
@@ -328,7 +332,7 @@ def dense_recall(faiss_path: Path, query_vectors: np.ndarray, tables: dict[str, 
     """recall@10 of the version's FAISS search against an exact scan of the same vectors."""
     chunks = pd.read_parquet(tables["chunks"], columns=["chunk_id", "tenant_id"])
     ids = chunks["chunk_id"].to_numpy()
-    matrix = dense_matrix(pd.read_parquet(tables["dense_embeddings"]), ids.tolist())
+    matrix = dense_matrix(table_path(Path(tables["dense_embeddings"])).read_pandas(), ids.tolist())
     in_tenant = (chunks["tenant_id"] == TENANT_SOURCE).to_numpy()
     store = FaissDenseStore.open(faiss_path)
     tenant_filter = parse_filters({"tenant_id": TENANT_SOURCE})

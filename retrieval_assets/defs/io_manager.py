@@ -1,4 +1,5 @@
-"""Stores every table-valued asset as one Parquet file, and the small record-valued ones (frozen
+"""Stores every table-valued asset as one Parquet file (or, for a ``TableWrite``, a table of
+several that a build extends: ``core.io.parted``), and the small record-valued ones (frozen
 dataclasses such as the candidate version) as JSON, so that any asset can be re-materialized alone.
 
 An input declared with ``AssetIn(metadata={"columns": [...]})`` reads only those columns, one
@@ -16,42 +17,44 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 from pydantic import Field
 
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.memory import return_freed_memory
-from retrieval_assets.core.io.tables import read_parquet_rows, write_parquet
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, open_table, table_path
+from retrieval_assets.core.io.tables import write_parquet
 
 
 @dataclass(frozen=True)
 class StoredTable:
     """An asset's stored table, not yet read: for a step that may not need it (the server build
     when no server is configured skips reading 104k ACL vectors, 0.8 s) or only a few of its
-    rows (a delta build's upserted chunks)."""
+    rows (a delta build's upserted chunks). One file, or a table a build extended
+    (``core.io.parted``)."""
 
-    path: Path
+    table: PartedTable
     options: dict[str, Any]
 
     def read(self) -> pd.DataFrame:
-        return pd.read_parquet(self.path, **self.options)
+        return self.table.read_pandas(self.options.get("columns"), self.options.get("dtype_backend"))
 
     def read_where(self, column: str, values: Collection[str]) -> pd.DataFrame:
-        """Only the rows whose ``column`` holds one of ``values`` (``read_parquet_rows``)."""
-        return read_parquet_rows(self.path, column, values, **self.options)
+        """Only the rows whose ``column`` holds one of ``values`` (``PartedTable.read_where``)."""
+        found = self.table.read_where(column, values, self.options.get("columns"))
+        return found.to_pandas(types_mapper=pd.ArrowDtype if self.options.get("dtype_backend") == "pyarrow" else None)
 
     def column(self, name: str) -> pd.Series:
-        return pd.read_parquet(self.path, columns=[name])[name]
+        return self.table.read_pandas([name])[name]
 
     def read_columns(self, names: Sequence[str]) -> pd.DataFrame:
         """These columns only (the input's own column selection left aside)."""
-        return pd.read_parquet(self.path, **{**self.options, "columns": list(names)})
+        return self.table.read_pandas(names, self.options.get("dtype_backend"))
 
     @property
     def rows(self) -> int:
-        """Its row count, from the file's footer."""
-        return pq.read_metadata(self.path).num_rows
+        """Its row count, from the files' footers."""
+        return self.table.rows
 
 
 class ParquetIOManager(ConfigurableIOManager):
@@ -63,6 +66,11 @@ class ParquetIOManager(ConfigurableIOManager):
         return Path(self.base_dir, *context.asset_key.path).with_suffix(suffix)
 
     def handle_output(self, context: OutputContext, obj: pd.DataFrame | Any) -> None:
+        if isinstance(obj, TableWrite):
+            path = obj.write(self._path(context, ""))
+            held = sum(file.stat().st_size for file in table_path(path).paths)
+            context.add_output_metadata({"path": str(path), "bytes": held})
+            return
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             record = {"type": f"{type(obj).__module__}:{type(obj).__qualname__}", "fields": dataclasses.asdict(obj)}
             path = write_json(record, self._path(context, ".json"))
@@ -85,8 +93,8 @@ def stored_value(
     ``options``, or a ``StoredTable`` when ``deferred``) or its record. Runs hold no step's output
     in memory (``runs.run_job``), so whatever needs a value after a run reads it here."""
     stem = Path(base_dir, *([asset] if isinstance(asset, str) else asset))
-    table = stem.with_suffix(".parquet")
-    if table.exists():
+    table = open_table(stem)
+    if table is not None:
         stored = StoredTable(table, options or {})
         return stored if deferred else stored.read()
     record_path = stem.with_suffix(".json")
@@ -95,4 +103,4 @@ def stored_value(
         module, name = record["type"].split(":")
         return getattr(importlib.import_module(module), name)(**record["fields"])
     name = "/".join([asset] if isinstance(asset, str) else asset)
-    raise FileNotFoundError(f"{table} does not exist: materialize {name} first")
+    raise FileNotFoundError(f"{stem.with_suffix('.parquet')} does not exist: materialize {name} first")

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder
@@ -17,10 +16,14 @@ from retrieval_assets.core.embed.steps import embedding_cache
 from retrieval_assets.core.embed.vectors import dense_values
 from retrieval_assets.core.index.build import backend_chunk_ids
 from retrieval_assets.core.index.layout import IndexLayout
+from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.core.io import parted
+from retrieval_assets.core.io.parted import open_table
 from retrieval_assets.core.models import Chunk, SparseVector
 from retrieval_assets.core.retrieval.service import open_retriever
 from retrieval_assets.core.settings import RetrievalSettings
-from retrieval_assets.defs.resources import ModelResource
+from retrieval_assets.defs.io_manager import stored_value
+from retrieval_assets.defs.resources import IndexBuildResource, ModelResource
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
 
@@ -191,8 +194,12 @@ def test_a_changed_encoder_reencodes_once_and_says_why(tmp_path: Path, encoders)
     # As if the cached vectors had been made by the INT8 graph as shipped: another fingerprint.
     cache = embedding_cache(home / "embedding_cache", "dense", encoders[0])
     assert "graph=dequantized-fp32" in (cache.path / FINGERPRINT_FILE).read_text()
+    shipped = "OnnxDenseEncoder|bge|graph=as-shipped"
     cache.path.rename(cache.path.with_name("int8-vectors"))
-    (cache.path.with_name("int8-vectors") / FINGERPRINT_FILE).write_text("OnnxDenseEncoder|bge|graph=as-shipped")
+    (cache.path.with_name("int8-vectors") / FINGERPRINT_FILE).write_text(shipped)
+    # The last build's table holds those vectors too, under their fingerprint: none is kept in place.
+    manifest = home / "artifacts" / "dense_embeddings.parts.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "tag": shipped}))
 
     again, _ = build_catalog(home, catalog)
     assert again.encoded["dense"] == first.chunks and again.encoded["sparse"] == 0
@@ -209,7 +216,7 @@ def test_nightly_build_merges_a_grown_cache_into_live_vectors(tmp_path: Path, en
     catalog = _write(tmp_path / "catalog.jsonl", _tools())
     build_catalog(home, catalog)
     cache = embedding_cache(home / "embedding_cache", "dense", encoders[0])
-    live_keys = list(pd.read_parquet(home / "artifacts" / "dense_embeddings.parquet")["content_hash"])
+    live_keys = list(stored_value(home / "artifacts", "dense_embeddings")["content_hash"])
     stale = cache.lookup(live_keys[:1]).assign(content_hash="stale")
     before = len(cache.segments())
     for _ in range(MAX_SEGMENTS):
@@ -220,3 +227,43 @@ def test_nightly_build_merges_a_grown_cache_into_live_vectors(tmp_path: Path, en
     assert again.candidate.reused and again.encoded["dense"] == 0
     assert len(cache.segments()) == 1
     assert cache.lookup(["stale"]).empty and set(cache.lookup(live_keys)["content_hash"]) == set(live_keys)
+
+
+@pytest.mark.parametrize("delta", [True, False])
+def test_a_rerun_keeps_unchanged_vectors_in_place_and_answers_as_a_fresh_build(
+    tmp_path: Path, encoders, monkeypatch, delta: bool
+) -> None:
+    """The embedding tables keep their unchanged rows where they are (``core.io.parted``); the
+    version built on them, as a delta or in full, answers as one built from nothing."""
+    monkeypatch.setattr(parted, "MIN_MEAN_RUN", 1)  # 18 tools: parted even in runs of one row
+    home, tools = tmp_path / "home", _tools()
+    catalog = _write(tmp_path / "catalog.jsonl", tools)
+    _, first_version = build_catalog(home, catalog)
+    IndexVersions(home / "indexes").promote(first_version, reason="test")  # a delta's base
+    first_files = {name: open_table(home / "artifacts" / name) for name in ("dense_embeddings", "sparse_embeddings")}
+
+    changed = [dict(tool) for tool in tools]
+    changed[4]["description"] += " Now also reads CRAM."
+    del changed[9]
+    build = IndexBuildResource(delta_max_changed_fraction=0.5 if delta else 0.0)
+    outcome, version = build_catalog(home, _write(catalog, changed), build=build)
+    assert outcome.candidate.mode.startswith("delta from") if delta else outcome.candidate.mode == "full"
+
+    chunks = stored_value(home / "artifacts", "chunks")
+    for name, first in first_files.items():
+        (materialization,) = outcome.run.asset_materializations_for_node(name)
+        metadata = {key: value.value for key, value in materialization.metadata.items()}
+        assert (metadata["vectors"], metadata["kept_in_place"], metadata["vectors_written"]) == (17, 16, 1)
+        table = open_table(home / "artifacts" / name)
+        assert table is not None and first is not None and table.files[0] == first.files[0]
+        assert metadata["path"].endswith(f"{name}.parts.json") and len(table.files) == 2
+        stored = stored_value(home / "artifacts", name)
+        assert stored["chunk_id"].tolist() == chunks["chunk_id"].tolist()
+        assert stored["content_hash"].tolist() == chunks["content_hash"].tolist()
+    dense = stored_value(home / "artifacts", "dense_embeddings")
+    cache = embedding_cache(home / "embedding_cache", "dense", encoders[0])
+    cached = cache.lookup(dense["content_hash"].tolist()).set_index("content_hash").loc[dense["content_hash"]]
+    assert np.array_equal(np.stack(dense["embedding"].to_list()), np.stack(cached["embedding"].to_list()))
+
+    _, fresh = build_catalog(tmp_path / "fresh", tmp_path / "catalog.jsonl")
+    assert _answers(version.layout, encoders) == _answers(fresh.layout, encoders)

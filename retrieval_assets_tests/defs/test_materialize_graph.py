@@ -13,7 +13,7 @@ from dagster import materialize
 from retrieval_assets.core.evaluation.benchmark import CONFIGURATIONS
 from retrieval_assets.core.settings import RetrievalSettings
 from retrieval_assets.definitions import ASSETS
-from retrieval_assets.defs.io_manager import ParquetIOManager
+from retrieval_assets.defs.io_manager import ParquetIOManager, stored_value
 from retrieval_assets.defs.jobs import WHOLE_BUILD
 from retrieval_assets.defs.resources import (
     CatalogResource,
@@ -62,8 +62,8 @@ def test_graph_materializes_with_counts(built, tiny_beir: Path) -> None:
     cleaned = pd.read_parquet(storage.artifacts_dir / "cleaned_documents.parquet")
     quarantined = pd.read_parquet(storage.artifacts_dir / "quarantined_documents.parquet")
     chunks = pd.read_parquet(storage.artifacts_dir / "chunks.parquet")
-    dense = pd.read_parquet(storage.artifacts_dir / "dense_embeddings.parquet")
-    sparse = pd.read_parquet(storage.artifacts_dir / "sparse_embeddings.parquet")
+    dense = stored_value(storage.artifacts_dir, "dense_embeddings")
+    sparse = stored_value(storage.artifacts_dir, "sparse_embeddings")
 
     assert len(raw) == corpus_lines
     assert len(cleaned) == corpus_lines - 1

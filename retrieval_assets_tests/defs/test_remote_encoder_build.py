@@ -12,10 +12,10 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pandas as pd
 
 from retrieval_assets.core.index.layout import read_build_manifest
 from retrieval_assets.core.index.versions import IndexVersions
+from retrieval_assets.defs.io_manager import stored_value
 from retrieval_assets.defs.resources import CatalogResource, IndexBuildResource, ModelResource
 from retrieval_assets.runs import build_index, deployment_resources, materialized
 from retrieval_assets_tests.builds import build_catalog
@@ -70,7 +70,7 @@ def test_a_build_with_a_dense_endpoint_seals_the_servers_vectors(tmp_path: Path)
     assert (manifest["dim"], manifest["count"], manifest["dense_model"]) == (384, 24, MODEL_NAME)
     index = faiss.read_index(str(version.layout.faiss / "index.faiss"))
     assert (index.d, index.ntotal) == (384, 24)
-    vectors = np.stack(pd.read_parquet(home / "artifacts" / "dense_embeddings.parquet")["embedding"].to_list())
+    vectors = np.stack(stored_value(home / "artifacts", "dense_embeddings")["embedding"].to_list())
     assert vectors.shape == (24, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 

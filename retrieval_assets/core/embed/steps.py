@@ -21,6 +21,7 @@ from typing import overload
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pandas.api.extensions import ExtensionArray
 
 from retrieval_assets.core.embed.base import DenseEncoder, ProgressCallback, SparseEncoder, encoder_fingerprint
@@ -38,6 +39,7 @@ from retrieval_assets.core.embed.vectors import (
     l2_normalise,
     sparse_values,
 )
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, worth_extending
 from retrieval_assets.core.models import embedding_text
 
 
@@ -102,7 +104,9 @@ class DeferredChunkTexts(Sequence[str]):
         self._texts: ChunkTexts | None = None
 
     def at(self, positions: Sequence[int]) -> DeferredChunkTexts:
-        """The texts of these rows of the table, in this order, still unread."""
+        """The texts of these rows (of this sequence), in this order, still unread."""
+        if self._positions is not None:
+            positions = [self._positions[position] for position in positions]
         return DeferredChunkTexts(len(positions), self._load, positions)
 
     def __len__(self) -> int:
@@ -253,6 +257,41 @@ def embed_sparse(
         block_rows,
         texts,
     )
+
+
+# Embeds a chunks table's rows with their texts (``embed_dense`` or ``embed_sparse`` bound to an encoder).
+RowsEmbedder = Callable[[pd.DataFrame, "DeferredChunkTexts | None"], tuple[pd.DataFrame, CacheStats]]
+
+
+def embeddings_table(
+    chunks: pd.DataFrame,
+    embed: RowsEmbedder,
+    fingerprint: str,
+    last: PartedTable | None,
+    texts: DeferredChunkTexts | None = None,
+) -> tuple[TableWrite, CacheStats]:
+    """Every chunk's vectors as the table to store: where ``last`` (the table the step stored
+    before) was made by the same encoder, its rows of chunks whose id and content hash are
+    unchanged stay where they are and only the other chunks are embedded (``core.io.parted``);
+    else, or once that table would be too scattered, every chunk is embedded and written whole.
+    A chunk carrying precomputed vectors is always embedded again: its text may be unchanged
+    while its catalog vector is not."""
+    sources = _kept_rows(chunks, last) if last is not None and last.tag == fingerprint else None
+    if sources is None or last is None or not worth_extending(last, sources):
+        frame, stats = embed(chunks, texts)
+        return TableWrite(frame, fingerprint), stats
+    added = np.flatnonzero(sources < 0)
+    frame, stats = embed(chunks.iloc[added].reset_index(drop=True), None if texts is None else texts.at(added.tolist()))
+    return TableWrite(frame, fingerprint, last, sources), stats
+
+
+def _kept_rows(chunks: pd.DataFrame, last: PartedTable) -> np.ndarray:
+    """Each chunk's row in ``last`` (same chunk id and content hash), else -1."""
+    keys = {name: pa.array(chunks[name], type=pa.string()) for name in ("chunk_id", "content_hash")}
+    sources = last.positions_of(keys)
+    if "vectors" in chunks.columns:
+        sources[chunks["vectors"].notna().to_numpy(dtype=bool)] = -1
+    return sources
 
 
 def embedding_cache(cache_root: Path, kind: str, encoder: DenseEncoder | SparseEncoder) -> EmbeddingCache:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from retrieval_assets.core.embed.vectors import (
     arrow_dense_matrix,
@@ -24,7 +22,7 @@ from retrieval_assets.core.embed.vectors import (
     dense_matrices,
     sparse_slices,
 )
-from retrieval_assets.core.io.tables import parquet_batches, parquet_row_slices
+from retrieval_assets.core.io.parted import PartedTable
 from retrieval_assets.core.models import SparseVector
 
 # A slice of a build: chunk rows, their dense matrix, their sparse vectors (None without a sparse table).
@@ -72,37 +70,37 @@ class PointTables:
         return cls(len(chunks), dense_dim(dense), chunk_slices, dense_slices, point_slices)
 
     @classmethod
-    def stored(cls, chunks: Path, dense: Path, sparse: Path | None = None) -> PointTables:
+    def stored(cls, chunks: PartedTable, dense: PartedTable, sparse: PartedTable | None = None) -> PointTables:
         """Stored tables, read in step a slice at a time where they line up row by row, else
         read whole (``in_memory``)."""
         ids = _chunk_ids(chunks)
-        if not all(_chunk_ids(path).equals(ids) for path in (dense, sparse) if path is not None):
+        if not all(_chunk_ids(table).equals(ids) for table in (dense, sparse) if table is not None):
             return cls.in_memory(
-                pd.read_parquet(chunks),
-                pd.read_parquet(dense, dtype_backend="pyarrow"),
-                None if sparse is None else pd.read_parquet(sparse, dtype_backend="pyarrow"),
+                chunks.read_pandas(),
+                dense.read_pandas(dtype_backend="pyarrow"),
+                None if sparse is None else sparse.read_pandas(dtype_backend="pyarrow"),
             )
 
         def chunk_slices(rows: int) -> Iterator[pd.DataFrame]:
-            for part in parquet_row_slices(chunks, rows):
+            for part in chunks.row_slices(rows):
                 yield part.to_pandas()
 
         def dense_slices(rows: int) -> Iterator[np.ndarray]:
-            for part in parquet_row_slices(dense, rows, ["embedding"]):
+            for part in dense.row_slices(rows, ["embedding"]):
                 yield arrow_dense_matrix(part.column("embedding").combine_chunks())
 
         def point_slices(rows: int) -> Iterator[PointSlice]:
             sparse_parts = (
                 (
                     arrow_sparse_vectors(*(part.column(name).combine_chunks() for name in ("indices", "values")))
-                    for part in parquet_row_slices(sparse, rows, ["indices", "values"])
+                    for part in sparse.row_slices(rows, ["indices", "values"])
                 )
                 if sparse is not None
                 else None
             )
             return _joined(chunk_slices(rows), dense_slices(rows), sparse_parts)
 
-        return cls(pq.read_metadata(chunks).num_rows, _stored_dim(dense), chunk_slices, dense_slices, point_slices)
+        return cls(chunks.rows, _stored_dim(dense), chunk_slices, dense_slices, point_slices)
 
 
 def _joined(
@@ -114,12 +112,12 @@ def _joined(
     return ((rows, matrix, vectors) for (rows, matrix), vectors in zip(pairs, sparse, strict=True))
 
 
-def _chunk_ids(path: Path) -> pa.ChunkedArray:
+def _chunk_ids(table: PartedTable) -> pa.ChunkedArray:
     """A stored table's chunk ids in row order, as one string type whatever the file's."""
-    return pq.read_table(path, columns=["chunk_id"]).column(0).cast(pa.large_string())
+    return table.column("chunk_id").cast(pa.large_string())
 
 
-def _stored_dim(dense: Path) -> int:
+def _stored_dim(dense: PartedTable) -> int:
     """The length of a stored dense table's vectors (0 for an empty table)."""
-    first = next(parquet_batches(dense, 1, ["embedding"]), None)
+    first = next(dense.row_slices(1, ["embedding"]), None)
     return len(first.column(0)[0]) if first is not None and first.num_rows else 0

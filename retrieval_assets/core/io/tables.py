@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pandas.api.extensions import ExtensionArray
 
@@ -76,21 +75,23 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in columns.items()})
 
 
-# Rows per Parquet row group: ``read_parquet_rows`` reads only the groups holding the rows it wants.
+# Rows per Parquet row group: ``PartedTable.read_where`` reads only the groups holding the rows it wants.
 ROW_GROUP_ROWS = 8192
 
 
-def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike[str], schema: pa.Schema | None = None) -> Path:
     """Write ``frame`` as Parquet through a temporary file and a rename, so readers never see
-    a half-written file."""
-    return write_atomically(path, lambda tmp: _write_row_groups(frame, tmp))
+    a half-written file; with ``schema``, in that schema (rows added to another file's)."""
+    return write_atomically(path, lambda tmp: _write_row_groups(frame, tmp, schema))
 
 
-def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
+def _write_row_groups(frame: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> None:
     """``frame.to_parquet``, converted to Arrow one row group at a time rather than whole (a whole
     copy of a million 384-dim float32 vectors is 1.5 GB). The first group's schema is every
-    group's; where a later group does not fit it (a column of only nulls at first), whole."""
-    first = pa.Table.from_pandas(frame.iloc[:ROW_GROUP_ROWS], preserve_index=False)
+    group's unless ``schema`` is given; where a later group does not fit it (a column of only
+    nulls at first), whole."""
+    head = frame.iloc[:ROW_GROUP_ROWS]
+    first = _arrow_part(head, schema) if schema is not None else pa.Table.from_pandas(head, preserve_index=False)
     options = _column_options(first.schema)
     if len(frame) <= ROW_GROUP_ROWS:
         pq.write_table(first, path, row_group_size=ROW_GROUP_ROWS, **options)
@@ -101,6 +102,8 @@ def _write_row_groups(frame: pd.DataFrame, path: Path) -> None:
             for start in range(ROW_GROUP_ROWS, len(frame), ROW_GROUP_ROWS):
                 writer.write_table(_arrow_part(frame.iloc[start : start + ROW_GROUP_ROWS], first.schema))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
+        if schema is not None:
+            raise
         frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS, **options)
 
 
@@ -199,26 +202,6 @@ def _take_chunked(chunked: pa.ChunkedArray, positions: np.ndarray) -> pa.Chunked
         return taken
     # Back into the order asked for: a take of the rows taken, not of the whole column.
     return pa.chunked_array([pa.concat_arrays(taken.chunks).take(pa.array(np.argsort(order, kind="stable")))])
-
-
-def read_parquet_rows(
-    path: str | os.PathLike[str], column: str, values: Collection[str], **options: Any
-) -> pd.DataFrame:
-    """The rows of a Parquet file whose ``column`` holds one of ``values``, in file order,
-    decoding only the row groups that hold them: a delta build takes a few rows of 104k
-    vectors. ``options`` as ``pd.read_parquet``'s (``columns``, ``dtype_backend``)."""
-    columns = options.get("columns")
-    if columns is not None and column not in columns:
-        raise ValueError(f"read_parquet_rows selects on {column!r}, which the columns {columns} leave out")
-    file = pq.ParquetFile(path)
-    wanted = pa.array(list(values), type=pa.string())
-    held = pc.is_in(file.read(columns=[column]).column(0), value_set=wanted)
-    rows = np.flatnonzero(held.to_numpy(zero_copy_only=False))
-    ends = np.cumsum([file.metadata.row_group(group).num_rows for group in range(file.num_row_groups)])
-    groups = np.unique(np.searchsorted(ends, rows, side="right")).tolist()
-    table = file.read_row_groups(groups, columns=columns)
-    table = table.filter(pc.is_in(table.column(column), value_set=wanted))
-    return table.to_pandas(types_mapper=pd.ArrowDtype if options.get("dtype_backend") == "pyarrow" else None)
 
 
 def parquet_batches(

@@ -23,12 +23,14 @@ from retrieval_assets.core.embed.steps import (
     embed_dense,
     embed_sparse,
     embedding_cache,
+    embeddings_table,
 )
 from retrieval_assets.core.ingest.steps import (
     chunk_documents,
     clean_catalog,
     read_raw_catalog,
 )
+from retrieval_assets.core.io.parted import TableWrite, open_table
 from retrieval_assets.core.io.tables import chunks_to_frame
 from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import log_progress, stopwatch, table_metadata
@@ -52,26 +54,38 @@ def _embed_chunks(
     kind: str,
     encoder: DenseEncoder | SparseEncoder,
     embed: Callable[..., tuple[pd.DataFrame, CacheStats]],
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+) -> tuple[TableWrite, dict[str, Any]]:
     """Every chunk's vectors from ``embed`` (``embed_dense`` / ``embed_sparse``) through the
-    ``kind`` cache, and the metadata both embedding assets record. The chunks' texts are read
-    only if one of them is encoded."""
+    ``kind`` cache, as the table to store (the last one's unchanged rows kept in place:
+    ``embeddings_table``), and the metadata both embedding assets record. The chunks' texts are
+    read only if one of them is encoded."""
     cache = embedding_cache(storage.cache_dir, kind, encoder)
     change = cache.change_of_encoder()
     if change is not None:
         context.log.info(f"{kind} embeddings: {change}")
     table = chunks.read()
     texts = DeferredChunkTexts(len(table), lambda: chunks.read_columns(TEXT_COLUMNS))
+    last = open_table(storage.artifacts_dir.joinpath(*context.asset_key.path))
+    progress, block = log_progress(context, kind), build.embedding_block_rows
     with stopwatch() as timer:
-        frame, stats = embed(table, encoder, cache, log_progress(context, kind), build.embedding_block_rows, texts)
+        write, stats = embeddings_table(
+            table,
+            lambda rows, rows_texts: embed(rows, encoder, cache, progress, block, rows_texts),
+            cache.fingerprint,
+            last,
+            texts,
+        )
         # Nightly runs append segments; merge them once there are too many, keeping live vectors only.
-        cache.compact(frame["content_hash"].tolist())
+        cache.compact(table["content_hash"].tolist())
     seconds = timer["seconds"]
     precomputed = _precomputed(context, stats.precomputed) if isinstance(stats, DenseStats) else {}
-    return frame, {
+    return write, {
         **({"encoder_changed": change} if change is not None else {}),
-        **table_metadata(frame),
-        "vectors": len(frame),
+        **table_metadata(write.frame),
+        "dagster/row_count": MetadataValue.int(write.rows),
+        "vectors": write.rows,
+        "vectors_written": len(write.frame),
+        "kept_in_place": write.kept,
         "model": encoder.model_name,
         "encoder_fingerprint": cache.fingerprint,
         "cache_segments": len(cache.segments()),
@@ -120,12 +134,12 @@ def dense_embeddings(
     storage: IndexStorageResource,
     build: IndexBuildResource,
     chunks: StoredTable,
-) -> MaterializeResult[pd.DataFrame]:
+) -> MaterializeResult[TableWrite]:
     """One L2-normalised vector per chunk from the configured dense encoder (GPU when present), or
     the catalog's own vector of that model where a one-chunk document carries one."""
     encoder = models.dense_encoder()
-    frame, metadata = _embed_chunks(context, storage, build, chunks, "dense", encoder, embed_dense)
-    return MaterializeResult(value=frame, metadata={**metadata, "dim": encoder.dim})
+    write, metadata = _embed_chunks(context, storage, build, chunks, "dense", encoder, embed_dense)
+    return MaterializeResult(value=write, metadata={**metadata, "dim": encoder.dim})
 
 
 @asset(
@@ -140,13 +154,14 @@ def sparse_embeddings(
     storage: IndexStorageResource,
     build: IndexBuildResource,
     chunks: StoredTable,
-) -> MaterializeResult[pd.DataFrame]:
-    """SPLADE term weights per chunk, for learned-sparse retrieval."""
+) -> MaterializeResult[TableWrite]:
+    """SPLADE term weights per chunk, for learned-sparse retrieval (the nonzero-term figures are
+    of the vectors this materialization wrote)."""
     encoder = models.sparse_encoder()
-    frame, metadata = _embed_chunks(context, storage, build, chunks, "sparse", encoder, embed_sparse)
-    nonzeros = frame["indices"].map(len) if len(frame) else pd.Series([0])
+    write, metadata = _embed_chunks(context, storage, build, chunks, "sparse", encoder, embed_sparse)
+    nonzeros = write.frame["indices"].map(len) if len(write.frame) else pd.Series([0])
     return MaterializeResult(
-        value=frame,
+        value=write,
         metadata={
             **metadata,
             "vocab_size": encoder.vocab_size,

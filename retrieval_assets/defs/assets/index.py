@@ -256,7 +256,7 @@ def faiss_index(
             chunk_rows, dense_rows = _upserted(delta, chunks, dense_embeddings)
             store = delta_faiss_index(delta, path, chunk_rows, dense_rows, models.dense_model, build.context_tokens)
         else:
-            tables = PointTables.stored(chunks.path, dense_embeddings.path)
+            tables = PointTables.stored(chunks.table, dense_embeddings.table)
             store = build_faiss_index(path, tables, models.dense_model, build.context_tokens, build.dense_index)
     context.log.info(f"FAISS index with {store.count()} vectors at {path}")
     return _index_result(
@@ -320,7 +320,7 @@ def qdrant_edge_index(
             chunk_rows, dense_rows, sparse_rows = _upserted(delta, *tables)
             store = delta_qdrant_index(delta, path, chunk_rows, dense_rows, sparse_rows, *settings)
         else:
-            stored = PointTables.stored(chunks.path, dense_embeddings.path, sparse_embeddings.path)
+            stored = PointTables.stored(chunks.table, dense_embeddings.table, sparse_embeddings.table)
             store = build_qdrant_index(path, stored, *settings)
     context.log.info(f"Qdrant shard with {store.count()} points at {path}")
     dimensions = (store.dim, models.dense_encoder().dim)
@@ -416,7 +416,7 @@ def server_indexes(
         if index_candidate.reused:
             counts = {backend: len(ids) for backend, ids in servers.chunk_ids(version).items()}
         else:
-            stored = PointTables.stored(chunks.path, dense_embeddings.path, sparse_embeddings.path)
+            stored = PointTables.stored(chunks.table, dense_embeddings.table, sparse_embeddings.table)
             field_types, dim, batches = point_batches(stored, build.context_tokens)
             counts = servers.build(version, dim, field_types, batches, build.lexical_stemmer)
     context.log.info(f"server indexes {servers.name(version)}: {counts}")

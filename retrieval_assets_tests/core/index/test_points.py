@@ -8,20 +8,42 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from retrieval_assets.core.index.build import index_payloads, point_batches
 from retrieval_assets.core.index.points import PointTables
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, open_table, table_path
 from retrieval_assets.core.io.tables import parquet_row_slices
 from retrieval_assets_tests.core.index.test_delta import _chunks, _vectors
 
 
-def _stored(tmp_path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, sparse: pd.DataFrame) -> tuple[Path, ...]:
+def _stored(
+    tmp_path: Path, chunks: pd.DataFrame, dense: pd.DataFrame, sparse: pd.DataFrame
+) -> tuple[PartedTable, ...]:
     """The three tables as Parquet files with row groups of different sizes (3, 5 and 7 rows)."""
     paths = tuple(tmp_path / f"{name}.parquet" for name in ("chunks", "dense", "sparse"))
     for frame, path, group in zip((chunks, dense, sparse), paths, (3, 5, 7), strict=True):
         frame.to_parquet(path, index=False, row_group_size=group)
-    return paths
+    return tuple(table_path(path) for path in paths)
+
+
+def _extended(tmp_path: Path, name: str, frame: pd.DataFrame) -> PartedTable:
+    """``frame`` stored as a build would extend it: a base file missing its third row, with its
+    fifth changed and a row since removed, and a file of the rows added since."""
+    stem = tmp_path / name
+    base = frame.drop(index=2).copy()
+    vector = "embedding" if "embedding" in frame else "values"
+    base.at[4, vector] = base.at[4, vector] * 0
+    TableWrite(pd.concat([frame.iloc[[0]].assign(chunk_id="gone#0"), base]), "tag").write(stem)
+    stored = open_table(stem)
+    assert stored is not None
+    sources = stored.positions_of({"chunk_id": pa.array(frame["chunk_id"].tolist(), type=pa.string())})
+    sources[4] = -1
+    TableWrite(frame.iloc[np.flatnonzero(sources < 0)], "tag", stored, sources).write(stem)
+    extended = open_table(stem)
+    assert extended is not None and extended.whole_file is None and len(extended.files) == 2
+    return extended
 
 
 def _points(tables: PointTables, rows: int) -> list[tuple[list[dict], np.ndarray, list]]:
@@ -36,16 +58,20 @@ def test_parquet_row_slices_are_exact_across_row_groups(tmp_path: Path) -> None:
     assert [n for part in slices for n in part.column("n").to_pylist()] == list(range(23))
 
 
+@pytest.mark.parametrize("extended", [False, True])
 @pytest.mark.parametrize("rows", [1, 4, 100])
 def test_stored_tables_read_in_slices_give_the_points_of_the_tables_read_whole(
-    tmp_path: Path, rows: int, monkeypatch
+    tmp_path: Path, rows: int, extended: bool, monkeypatch
 ) -> None:
     chunks = _chunks()
     dense, sparse = _vectors(chunks)
-    paths = _stored(tmp_path, chunks, dense, sparse)
+    tables = _stored(tmp_path, chunks, dense, sparse)
+    if extended:
+        tables = (tables[0], _extended(tmp_path, "dense", dense), _extended(tmp_path, "sparse", sparse))
     with monkeypatch.context() as patched:  # tables that line up are never read whole
         patched.setattr(pd, "read_parquet", lambda *a, **kw: pytest.fail("read whole"))
-        stored = PointTables.stored(*paths)
+        patched.setattr(PartedTable, "read_pandas", lambda *a, **kw: pytest.fail("read whole"))
+        stored = PointTables.stored(*tables)
         list(stored.slices(rows))
     whole = PointTables.in_memory(chunks, dense, sparse)
     assert (stored.count, stored.dim) == (whole.count, whole.dim) == (len(chunks), 8)

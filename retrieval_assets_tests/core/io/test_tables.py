@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -9,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from retrieval_assets.core.io import tables
-from retrieval_assets.core.io.tables import MAX_ROW_RUNS, read_parquet_rows, rows_where, take_rows, write_parquet
+from retrieval_assets.core.io.parted import table_path
+from retrieval_assets.core.io.tables import MAX_ROW_RUNS, rows_where, take_rows, write_parquet
 
 
 @pytest.fixture
@@ -36,7 +39,7 @@ def test_only_the_wanted_rows_come_back_in_file_order(stored, wanted) -> None:
     path, frame = stored
     expected = pd.read_parquet(path, dtype_backend="pyarrow")
     expected = expected[expected["chunk_id"].isin(wanted)].reset_index(drop=True)
-    got = read_parquet_rows(path, "chunk_id", wanted, dtype_backend="pyarrow")
+    got = table_path(Path(path)).read_where("chunk_id", wanted).to_pandas(types_mapper=pd.ArrowDtype)
     pd.testing.assert_frame_equal(got, expected)
     assert got["chunk_id"].tolist() == [c for c in frame["chunk_id"] if c in wanted]
 
@@ -50,14 +53,14 @@ def test_only_the_row_groups_holding_them_are_decoded(stored, monkeypatch) -> No
         "read_row_groups",
         lambda self, groups, **kw: read.append(groups) or original(self, groups, **kw),
     )
-    read_parquet_rows(path, "chunk_id", ["d94#0", "d3#0", "d5#0"])
+    table_path(Path(path)).read_where("chunk_id", ["d94#0", "d3#0", "d5#0"])
     assert read == [[0, 9]]
 
 
 def test_a_selection_without_its_key_column_is_refused(stored) -> None:
     path, _ = stored
     with pytest.raises(ValueError, match="selects on 'chunk_id'"):
-        read_parquet_rows(path, "chunk_id", ["d3#0"], columns=["embedding"])
+        table_path(Path(path)).read_where("chunk_id", ["d3#0"], columns=["embedding"])
 
 
 def test_an_empty_frame_keeps_its_dtypes_through_parquet(tmp_path) -> None:
