@@ -75,6 +75,7 @@ from retrieval_assets.core.index.vocabulary import (
 )
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.memory import collection_paused
+from retrieval_assets.core.io.parted import PartedTable
 from retrieval_assets.core.io.tables import rows_where
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.stores.base import (
@@ -388,7 +389,8 @@ def delta_qdrant_index(
 def delta_lexical_index(
     delta: Delta,
     path: Path,
-    chunks: pd.DataFrame,
+    keys: pd.DataFrame,
+    chunks: PartedTable,
     context: ContextTokenSettings | None = None,
     stemmer: Stemmer = "english",
 ) -> TantivyLexicalStore:
@@ -396,21 +398,22 @@ def delta_lexical_index(
     changed chunk keeps the base's index, hard-linked; a changed tenant's index is rebuilt from
     its payloads (the base's for its unchanged chunks), or, in an approximate version, patched
     in place until the deleted documents its statistics still count pass
-    ``REBUILD_DELETED_FRACTION`` of its documents."""
+    ``REBUILD_DELETED_FRACTION`` of its documents. ``keys`` are every candidate chunk's
+    ``chunk_id`` and ``tenant_id``; of the stored ``chunks`` only the rows written are read."""
     plan, base = delta.plan, delta.base.layout.lexical
-    upserted_payloads = index_payloads(plan.upserted_rows(chunks), context)
+    upserted = set(plan.upserted)
+    upserted_payloads = index_payloads(_chunk_rows(chunks, upserted), context)
     replaced = replaced_payloads(delta.base, plan)
-    kinds = delta_field_kinds(delta.base, chunks, plan, context, replaced, upserted_payloads)
+    kinds = delta_field_kinds(delta.base, keys, plan, context, replaced, upserted_payloads)
     _, base_manifest = read_manifest(base, TantivyLexicalStore.backend)
     field_types = validate_field_types(field_types_from_kinds(kinds))
     if base_manifest["format_version"] != TANTIVY_FORMAT_VERSION or base_manifest["field_types"] != field_types:
-        payloads, encoded = candidate_payloads(delta.base, chunks, plan, context, upserted_payloads)
+        payloads, encoded = candidate_payloads(delta.base, chunks.read_pandas(), plan, context, upserted_payloads)
         return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
     # Documents each tenant's index loses: its deleted chunks and the old rows of its changed ones.
     removed = Counter(str(payload["tenant_id"]) for payload in replaced)
-    upserted = set(plan.upserted)
     touched = set(removed) | {str(p["tenant_id"]) for p in upserted_payloads}
-    tenants = chunks["tenant_id"].astype(str)
+    tenants = keys["tenant_id"].astype(str)
     live = Counter(tenants.tolist())
     counted = {t: n for t, n in read_build_manifest(base).get("deleted_in_statistics", {}).items() if t in live}
     patched: set[str] = set()
@@ -421,8 +424,9 @@ def delta_lexical_index(
     store.delete(plan.deleted)
     # Payloads are made only for what is written: a rebuilt tenant's every chunk, a patched
     # tenant's upserted ones (every candidate's payload at once: 11.3 GB for a 1M delta's step).
-    written = tenants.isin(rebuilt) | (tenants.isin(patched) & chunks["chunk_id"].isin(upserted))
-    added, encoded = candidate_payloads(delta.base, rows_where(chunks, written), plan, context, upserted_payloads)
+    written = tenants.isin(rebuilt) | (tenants.isin(patched) & keys["chunk_id"].isin(upserted))
+    rows = _chunk_rows(chunks, rows_where(keys, written)["chunk_id"].tolist())
+    added, encoded = candidate_payloads(delta.base, rows, plan, context, upserted_payloads)
     store.add(added, encoded)
     fault_point("tantivy_index")
     store.finalize()
@@ -443,6 +447,11 @@ def delta_lexical_index(
         deleted_in_statistics=dict(sorted(counted.items())),
     )
     return store
+
+
+def _chunk_rows(chunks: PartedTable, chunk_ids: Collection[str]) -> pd.DataFrame:
+    """The stored chunk rows of these ids, in table order, read from the row groups holding them."""
+    return chunks.read_where("chunk_id", chunk_ids).to_pandas()
 
 
 def delta_facet_counts(

@@ -184,13 +184,14 @@ def _upserted(delta: Delta, *tables: StoredTable) -> list[pd.DataFrame]:
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
     pool=INDEX_WRITES_POOL,
+    ins={"chunks": DEFERRED},
 )
 def vocabulary(
     context: AssetExecutionContext,
     models: ModelResource,
     storage: IndexStorageResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
+    chunks: StoredTable,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult[pd.DataFrame]:
     """Terms from names, descriptions and keywords with their embeddings, for query expansion.
@@ -203,8 +204,11 @@ def vocabulary(
         if index_candidate.reused:
             frame, stats = pd.read_parquet(layout.vocabulary), None
         else:
-            # A delta updates the base's term counts for the changed documents only.
-            counts = delta_term_counts(delta, chunks) if delta else count_terms(chunk_texts(chunks))
+            # A delta updates the base's term counts for the changed documents only, reading only their chunks.
+            if delta:
+                counts = delta_term_counts(delta, chunks.read_where("doc_id", delta.plan.documents))
+            else:
+                counts = count_terms(chunk_texts(chunks.read()))
             terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)
             frame, stats = build_vocabulary(
                 counts, encoder, build.vocabulary, terms_cache, log_progress(context, "vocabulary")
@@ -332,12 +336,13 @@ def qdrant_edge_index(
     kinds={"tantivy"},
     pool=INDEX_WRITES_POOL,
     check_specs=_index_checks("tantivy_index", dense=False),
+    ins={"chunks": DEFERRED},
 )
 def tantivy_index(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
+    chunks: StoredTable,
     index_candidate: CandidateRecord,
 ) -> MaterializeResult:
     """tantivy BM25 index (one per tenant) with filterable payload fields, context tokens and facet
@@ -350,9 +355,10 @@ def tantivy_index(
         if index_candidate.reused:
             store = TantivyLexicalStore.open(path)
         elif delta:
-            store = delta_lexical_index(delta, path, chunks, build.context_tokens, build.lexical_stemmer)
+            keys = chunks.read_columns(["chunk_id", "tenant_id"])
+            store = delta_lexical_index(delta, path, keys, chunks.table, build.context_tokens, build.lexical_stemmer)
         else:
-            store = build_lexical_index(path, chunks, build.context_tokens, build.lexical_stemmer)
+            store = build_lexical_index(path, chunks.read(), build.context_tokens, build.lexical_stemmer)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
     tenants: dict[str, str | int] = {}
     if delta:  # None for a reused version
@@ -367,7 +373,7 @@ def tantivy_index(
         context.log.info(f"tantivy delta: rebuilt {tenants['tenants_rebuilt']}, patched {tenants['tenants_patched']}")
     # Listed whole, delta or not: tantivy would hold a chunk twice where a rebuild repeated it, so
     # its count and a delta's changes alone could miss one that is gone (``delta_held_chunk_ids``).
-    expected = set(chunks["chunk_id"].tolist())
+    expected = set(chunks.column("chunk_id").tolist())
     return _index_result(store, path, index_candidate, expected, timer["seconds"], None, None, **tenants)
 
 

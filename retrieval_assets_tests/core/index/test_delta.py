@@ -39,7 +39,8 @@ from retrieval_assets.core.index.layout import read_build_manifest, write_build_
 from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.index.vocabulary import chunk_texts, count_terms
-from retrieval_assets.core.io.tables import chunks_to_frame
+from retrieval_assets.core.io.parted import PartedTable, table_path
+from retrieval_assets.core.io.tables import chunks_to_frame, write_parquet
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings
 from retrieval_assets.core.retrieval.retriever import HybridRetriever
@@ -308,10 +309,17 @@ def _inodes(directory: Path) -> set[int]:
     return {path.stat().st_ino for path in directory.rglob("*") if path.is_file() and path.suffix != ".lock"}
 
 
+def _stored_chunks(chunks: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, PartedTable]:
+    """What the tantivy step hands a delta: every chunk's id and tenant, and the stored table."""
+    stored = path.with_name(f"{path.name}-chunks.parquet")
+    write_parquet(chunks, stored)
+    return chunks[["chunk_id", "tenant_id"]], table_path(stored)
+
+
 def _lexical_delta(base: IndexVersion, changed: pd.DataFrame, path: Path) -> TantivyLexicalStore:
     plan = decide_build(changed, SETTINGS, base, max_changed_fraction=0.5).plan
     assert plan is not None
-    return delta_lexical_index(Delta(base, plan), path, changed)
+    return delta_lexical_index(Delta(base, plan), path, *_stored_chunks(changed, path))
 
 
 def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_changed_one(
@@ -331,8 +339,9 @@ def test_a_delta_links_each_unchanged_tenants_lexical_index_and_rebuilds_each_ch
         delta_module, "index_payloads", lambda rows, *args: made.append(len(rows)) or index_payloads(rows, *args)
     )
 
+    stored = _stored_chunks(changed, tmp_path / "delta")
     with (
-        delta_lexical_index(Delta(base, plan), tmp_path / "delta", changed) as delta,
+        delta_lexical_index(Delta(base, plan), tmp_path / "delta", *stored) as delta,
         build_lexical_index(tmp_path / "full", changed) as full,
     ):
         # Beta's documents did not change: its index is the base's files, hard-linked.
