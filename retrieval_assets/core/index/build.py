@@ -191,6 +191,7 @@ def build_faiss_index(
         ef_search=dense_index.hnsw_ef_search,
         ivf_lists=lists,
         ivf_probes=dense_index.ivf_probes,
+        ivf_vectors=dense_index.ivf_vectors,
         overwrite=True,
     )
     if store.index_type == "ivf" and tables.count:

@@ -65,6 +65,9 @@ from retrieval_assets.core.stores.base import (
 from retrieval_assets.core.stores.filters import MetadataFilter
 
 IndexType = Literal["flat", "ivf", "hnsw"]
+IvfVectors = Literal["float16", "float32"]
+# How an IVF index stores its vectors: a scalar quantizer's code, or None for the floats as they are.
+IVF_CODES: dict[str, int | None] = {"float32": None, "float16": faiss.ScalarQuantizer.QT_fp16}
 INDEX_FILE = "index.faiss"
 PAYLOAD_FILE = "payloads.arrow"
 # Saved before 2026-11-27: Parquet, read into memory whole (200,000 payloads, 254 MB of Arrow
@@ -315,6 +318,7 @@ class FaissDenseStore(DenseStore):
         ef_search: int = 64,
         ivf_lists: int = 1,
         ivf_probes: int = 128,
+        ivf_vectors: IvfVectors = "float32",
         overwrite: bool = False,
     ) -> FaissDenseStore:
         """A new, empty index at ``path`` (saved at once, so ``open`` works straight away). An
@@ -325,6 +329,8 @@ class FaissDenseStore(DenseStore):
             raise ValueError(f"index_type must be 'flat', 'ivf' or 'hnsw', got {index_type!r}")
         if ivf_lists < 1 or ivf_probes < 1:
             raise ValueError(f"ivf_lists and ivf_probes must be positive, got {ivf_lists} and {ivf_probes}")
+        if ivf_vectors not in IVF_CODES:
+            raise ValueError(f"ivf_vectors must be one of {sorted(IVF_CODES)}, got {ivf_vectors!r}")
         directory = prepare_index_dir(path, overwrite)
         manifest = {
             "backend": cls.backend,
@@ -338,6 +344,7 @@ class FaissDenseStore(DenseStore):
             "ef_search": ef_search,
             "ivf_lists": ivf_lists,
             "ivf_probes": ivf_probes,
+            "ivf_vectors": ivf_vectors,
         }
         no_ids = pa.array([], pa.string())
         store = cls(directory, _new_index(manifest), no_ids, no_ids, PayloadTexts(), manifest)
@@ -730,7 +737,13 @@ def _new_index(manifest: dict[str, Any]) -> faiss.IndexIDMap2:
         hnsw.hnsw.efConstruction = manifest["ef_construction"]
     elif manifest["index_type"] == "ivf":
         # faiss's Python wrapper keeps the quantizer alive as long as the IVF index.
-        inner = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, manifest["ivf_lists"], faiss.METRIC_INNER_PRODUCT)
+        quantizer, lists = faiss.IndexFlatIP(dim), manifest["ivf_lists"]
+        code = IVF_CODES[manifest.get("ivf_vectors", "float32")]  # saved before the setting: float32
+        if code is None:
+            inner = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)
+        else:
+            inner = ivf = faiss.IndexIVFScalarQuantizer(quantizer, dim, lists, code, faiss.METRIC_INNER_PRODUCT)
+            ivf.by_residual = False  # vectors as they are, as IndexIVFFlat stores them: no residual per cell
     else:
         inner = faiss.IndexFlatIP(dim)
     return faiss.IndexIDMap2(inner)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gc
+import json
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from retrieval_assets.core.stores.base import parse_payload
+from retrieval_assets.core.stores.base import parse_payload, read_manifest
 from retrieval_assets.core.stores.faiss import store as store_module
 from retrieval_assets.core.stores.faiss.store import (
     LEGACY_PAYLOAD_FILE,
@@ -394,6 +395,45 @@ def test_an_ivf_index_is_trained_before_its_first_vector_and_keeps_its_cells(tmp
     for q in queries:
         expected = [payloads[300 + i]["chunk_id"] for i in np.argsort(-(live @ (q / np.linalg.norm(q))))[:5]]
         assert _nearest(compacted, q, top_k=5) == expected
+
+
+def test_an_ivf_index_of_float16_vectors_finds_what_float32_finds_in_half_the_file(tmp_path):
+    vectors, payloads, queries = _tenant_corpus(3_000, tenant_every=10)
+    stores = {}
+    for vectors_as in ("float32", "float16"):
+        store = FaissDenseStore.create(
+            tmp_path / vectors_as, DIM, index_type="ivf", ivf_lists=16, ivf_probes=16, ivf_vectors=vectors_as
+        )
+        store.upsert_dense(payloads, vectors)
+        store.delete([p["chunk_id"] for p in payloads[:1_000]])  # a third: the save compacts, keeping the codes
+        store.close()
+        stores[vectors_as] = FaissDenseStore.open(tmp_path / vectors_as)
+    half = stores["float16"]
+    assert read_manifest(tmp_path / "float16", "faiss")[1]["ivf_vectors"] == "float16" and half.tombstones == 0
+    inner = store_module.faiss.downcast_index(half._index.index)
+    assert isinstance(inner, store_module.faiss.IndexIVFScalarQuantizer) and inner.code_size == 2 * DIM
+    sizes = {name: (tmp_path / name / "index.faiss").stat().st_size for name in stores}
+    # Two bytes less per number of the 2,000 live vectors, give or take the headers.
+    assert abs(sizes["float32"] - sizes["float16"] - 2_000 * DIM * 2) < 1_000, sizes
+    found = [(_nearest(stores["float32"], q, top_k=10), _nearest(half, q, top_k=10)) for q in queries]
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in found]) >= 0.95
+    with pytest.raises(ValueError, match="ivf_vectors must be one of"):
+        FaissDenseStore.create(tmp_path / "bad", DIM, index_type="ivf", ivf_vectors="int8")  # type: ignore[arg-type]
+
+
+def test_an_ivf_index_saved_before_the_setting_stays_float32(tmp_path):
+    vectors, payloads, _ = _tenant_corpus(600, tenant_every=10)
+    store = _ivf(tmp_path / "old", vectors, payloads, lists=4, probes=4)
+    manifest_path = tmp_path / "old" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["ivf_vectors"]
+    manifest_path.write_text(json.dumps(manifest))
+    store.close()
+    reopened = FaissDenseStore.open(tmp_path / "old")
+    reopened.delete([p["chunk_id"] for p in payloads[:400]])  # compacted into a new index of the manifest's kind
+    reopened.close()
+    compacted = FaissDenseStore.open(tmp_path / "old")  # held: it owns the index looked into
+    assert isinstance(store_module.faiss.downcast_index(compacted._index.index), store_module.faiss.IndexIVFFlat)
 
 
 def faiss_cells(store):
