@@ -111,3 +111,15 @@ def test_a_table_of_scattered_or_mostly_unused_rows_is_not_worth_extending(stem:
     assert not worth_extending(base, half.sources)  # type: ignore[arg-type]
     one = _extend(stem, _frame([*ids[:399], "x"]))
     assert worth_extending(base, one.sources)  # type: ignore[arg-type]
+
+
+def test_a_table_extended_into_another_folder_links_the_files_it_keeps(tmp_path: Path) -> None:
+    ids = [f"c{i}" for i in range(100)]
+    TableWrite(_frame(ids), "tag").write(tmp_path / "old" / "dense_embeddings")
+    write = _extend(tmp_path / "old" / "dense_embeddings", _frame([*ids, "c-new"]))
+    write.write(tmp_path / "new" / "dense_embeddings")
+    table = open_table(tmp_path / "new" / "dense_embeddings")
+    assert table is not None and table.directory == tmp_path / "new"
+    assert table.read(["chunk_id"]).column(0).to_pylist() == [*ids, "c-new"]
+    (base,) = (tmp_path / "old").glob("*.part-*")
+    assert (tmp_path / "new" / base.name).stat().st_ino == base.stat().st_ino
