@@ -351,6 +351,7 @@ def tantivy_index(
     (HNSW) version patches a changed tenant's index in place instead (``core.index.delta``)."""
     path = candidate_layout(storage, index_candidate).lexical
     delta = candidate_delta(storage, index_candidate)
+    keys = None  # a delta's every chunk id and tenant, whose ids the checks below take too
     with stopwatch() as timer:
         if index_candidate.reused:
             store = TantivyLexicalStore.open(path)
@@ -373,7 +374,7 @@ def tantivy_index(
         context.log.info(f"tantivy delta: rebuilt {tenants['tenants_rebuilt']}, patched {tenants['tenants_patched']}")
     # Listed whole, delta or not: tantivy would hold a chunk twice where a rebuild repeated it, so
     # its count and a delta's changes alone could miss one that is gone (``delta_held_chunk_ids``).
-    expected = set(chunks.column("chunk_id").tolist())
+    expected = set((keys["chunk_id"] if keys is not None else chunks.column("chunk_id")).tolist())
     return _index_result(store, path, index_candidate, expected, timer["seconds"], None, None, **tenants)
 
 
