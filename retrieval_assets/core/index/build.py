@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from retrieval_assets.core.embed.base import DenseEncoder, SparseEncoder, encoder_fingerprint
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.faults import fault_point
-from retrieval_assets.core.index.facets import FacetCounts, count_facets, keyword_fields
+from retrieval_assets.core.index.facets import FacetCounts, keyword_fields
 from retrieval_assets.core.index.graph import GraphBuild, edge_violations, save_edges
 from retrieval_assets.core.index.layout import IndexLayout, write_build_manifest
 from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.io.parted import PartedTable
 from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
 from retrieval_assets.core.models import SparseVector, chunk_document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
@@ -42,10 +45,12 @@ from retrieval_assets.core.stores.base import (
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
 from retrieval_assets.core.stores.tantivy.store import FORMAT_VERSION as TANTIVY_FORMAT_VERSION
-from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
+from retrieval_assets.core.stores.tantivy.store import MAX_OPEN_WRITERS, TantivyLexicalStore
 
 # Points per slice handed to a Qdrant or OpenSearch build.
 UPSERT_ROWS = 4096
+# Chunks a full tantivy build makes payloads for at once (payload dicts took ~3.5 KB each).
+LEXICAL_SLICE_ROWS = 50_000
 # Chunks per slice of a full FAISS build (an HNSW graph takes its points in large batches best).
 FAISS_SLICE_ROWS = 16_384
 # Vectors an IVF index's k-means sees per cell (FAISS warns below 39, samples down above 256):
@@ -270,28 +275,67 @@ def write_qdrant_points(
 
 
 def build_lexical_index(
-    path: Path, chunks: pd.DataFrame, context: ContextTokenSettings | None = None, stemmer: Stemmer = "english"
+    path: Path,
+    chunks: PartedTable | pd.DataFrame,
+    context: ContextTokenSettings | None = None,
+    stemmer: Stemmer = "english",
 ) -> TantivyLexicalStore:
-    return write_lexical_index(path, index_payloads(chunks, context), stemmer=stemmer)
+    """A new tantivy index of every chunk, each tenant's in the table's order. Payloads are made
+    a slice at a time, twice: first for their field kinds, which fix the index's schema, then to
+    be written, in one pass per ``MAX_OPEN_WRITERS`` tenants, so that each tenant's writer opens
+    once (as when one batch held every payload: a 1M build that did peaked at 8.2 GB)."""
+    kinds = field_kinds(payload for part in _chunk_slices(chunks) for payload in index_payloads(part, context))
+    tenants = sorted(_tenant_ids(chunks))
+    groups = [tenants[start : start + MAX_OPEN_WRITERS] for start in range(0, len(tenants), MAX_OPEN_WRITERS)]
+    batches = (
+        (index_payloads(part, context), None)
+        for group in groups
+        for part in _chunk_slices(chunks, None if len(groups) == 1 else group)
+    )
+    return write_lexical_index(path, batches, kinds, tenants, stemmer)
 
 
 def write_lexical_index(
     path: Path,
-    payloads: list[Payload],
-    kinds: dict[str, dict[str, int]] | None = None,
-    encoded: list[str | None] | None = None,
+    batches: Iterable[tuple[list[Payload], Sequence[str | None] | None]],
+    kinds: dict[str, dict[str, int]],
+    tenants: Collection[str],
     stemmer: Stemmer = "english",
     **facts: object,
 ) -> TantivyLexicalStore:
-    """A new tantivy index of ``payloads``, in their order (``encoded``: their JSON text where
-    the caller has it), with its build manifest (``write_lexical_manifest``)."""
-    kinds = field_kinds(payloads) if kinds is None else kinds
-    store = TantivyLexicalStore.create(path, field_types=field_types_from_kinds(kinds), stemmer=stemmer, overwrite=True)
-    store.add(payloads, encoded)
+    """A new tantivy index of ``tenants``' chunks, from ``batches`` of payloads with their JSON
+    text where the caller has it (None: encoded here), each chunk once, whose ``field_kinds``
+    are ``kinds``; with its build manifest (``write_lexical_manifest``)."""
+    field_types = field_types_from_kinds(kinds)
+    store = TantivyLexicalStore.create(path, field_types=field_types, stemmer=stemmer, tenants=tenants, overwrite=True)
+    facet_counts, fields = FacetCounts(), keyword_fields(field_types)
+    for payloads, encoded in batches:
+        store.add(payloads, encoded, new=True)
+        facet_counts.add(payloads, fields)
     fault_point("tantivy_index")
     store.finalize()
-    write_lexical_manifest(store, count_facets(payloads, field_types_from_kinds(kinds)), kinds, **facts)
+    write_lexical_manifest(store, facet_counts, kinds, **facts)
     return store
+
+
+def _chunk_slices(chunks: PartedTable | pd.DataFrame, tenants: Collection[str] | None = None) -> Iterator[pd.DataFrame]:
+    """The chunk rows (only ``tenants``' where given), in order, ``LEXICAL_SLICE_ROWS`` at a time."""
+    if isinstance(chunks, pd.DataFrame):
+        frame = chunks if tenants is None else chunks[chunks["tenant_id"].astype(str).isin(tenants)]
+        for start in range(0, len(frame), LEXICAL_SLICE_ROWS):
+            yield frame.iloc[start : start + LEXICAL_SLICE_ROWS]
+        return
+    wanted = None if tenants is None else pa.array(sorted(tenants), pa.large_string())
+    for part in chunks.row_slices(LEXICAL_SLICE_ROWS):
+        if wanted is not None:
+            part = part.filter(pc.is_in(part["tenant_id"].cast(pa.large_string()), wanted))
+        yield part.to_pandas()
+
+
+def _tenant_ids(chunks: PartedTable | pd.DataFrame) -> set[str]:
+    if isinstance(chunks, pd.DataFrame):
+        return set(chunks["tenant_id"].astype(str).unique().tolist())
+    return {str(tenant) for tenant in pc.unique(chunks.column("tenant_id")).to_pylist()}
 
 
 def write_lexical_manifest(

@@ -409,7 +409,8 @@ def delta_lexical_index(
     field_types = validate_field_types(field_types_from_kinds(kinds))
     if base_manifest["format_version"] != TANTIVY_FORMAT_VERSION or base_manifest["field_types"] != field_types:
         payloads, encoded = candidate_payloads(delta.base, chunks.read_pandas(), plan, context, upserted_payloads)
-        return write_lexical_index(path, payloads, kinds, encoded, stemmer, base_version=delta.base.id)
+        tenants = {str(payload["tenant_id"]) for payload in payloads}
+        return write_lexical_index(path, [(payloads, encoded)], kinds, tenants, stemmer, base_version=delta.base.id)
     # Documents each tenant's index loses: its deleted chunks and the old rows of its changed ones.
     removed = Counter(str(payload["tenant_id"]) for payload in replaced)
     touched = set(removed) | {str(p["tenant_id"]) for p in upserted_payloads}

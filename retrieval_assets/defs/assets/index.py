@@ -359,7 +359,7 @@ def tantivy_index(
             keys = chunks.read_columns(["chunk_id", "tenant_id"])
             store = delta_lexical_index(delta, path, keys, chunks.table, build.context_tokens, build.lexical_stemmer)
         else:
-            store = build_lexical_index(path, chunks.read(), build.context_tokens, build.lexical_stemmer)
+            store = build_lexical_index(path, chunks.table, build.context_tokens, build.lexical_stemmer)
     context.log.info(f"tantivy index with {store.count()} documents at {path}")
     tenants: dict[str, str | int] = {}
     if delta:  # None for a reused version

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import tantivy
 
 from retrieval_assets.core.embed.vectors import dense_matrix
 from retrieval_assets.core.index import build as build_module
@@ -30,10 +31,13 @@ from retrieval_assets.core.index.build import (
 from retrieval_assets.core.index.layout import read_build_manifest
 from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
+from retrieval_assets.core.io.parted import table_path
+from retrieval_assets.core.io.tables import write_parquet
 from retrieval_assets.core.settings import DenseIndexSettings
+from retrieval_assets.core.stores.base import read_manifest
 from retrieval_assets.core.stores.faiss.store import FaissDenseStore
 from retrieval_assets.core.stores.qdrant.edge import QdrantEdgeStore
-from retrieval_assets.core.stores.tantivy.store import TantivyLexicalStore
+from retrieval_assets.core.stores.tantivy.store import INDEX_DIR, TantivyLexicalStore
 from retrieval_assets_tests.core.index.test_delta import _chunks, _vectors
 
 STORES = (FaissDenseStore, QdrantEdgeStore, TantivyLexicalStore)
@@ -161,6 +165,28 @@ def test_a_build_written_in_slices_equals_one_written_at_once(tmp_path: Path, mo
     assert [p for part in parts for p in part[0]] == payloads
     assert np.array_equal(np.vstack([part[1] for part in parts]), matrix)
     assert [v for part in parts for v in part[2]] == vectors
+
+
+def test_a_lexical_build_from_a_stored_table_in_slices_and_tenant_groups_equals_one_batch(
+    tmp_path: Path, monkeypatch
+) -> None:
+    chunks = _chunks()
+    chunks["tenant_id"] = [f"t{n % 5}" for n in range(len(chunks))]  # interleaved, as a table's sources are
+    whole = build_lexical_index(tmp_path / "whole", chunks)
+    write_parquet(chunks, tmp_path / "chunks.parquet")
+    # Slices of 3 rows, and 3 passes of at most 2 tenants each.
+    monkeypatch.setattr(build_module, "LEXICAL_SLICE_ROWS", 3)
+    monkeypatch.setattr(build_module, "MAX_OPEN_WRITERS", 2)
+    sliced = build_lexical_index(tmp_path / "sliced", table_path(tmp_path / "chunks.parquet"))
+    assert sliced.count() == whole.count() == len(chunks)
+    for query in ("reads genomes", "variants seeds", "assembly tool 7"):
+        assert sliced.search_text(query, 10) == whole.search_text(query, 10)
+    assert read_build_manifest(tmp_path / "sliced") == read_build_manifest(tmp_path / "whole")
+    # Each tenant's writer opened once: one segment each, as the one batch made.
+    _, manifest = read_manifest(tmp_path / "sliced", TantivyLexicalStore.backend)
+    assert len(manifest["tenant_dirs"]) == 5
+    for name in manifest["tenant_dirs"].values():
+        assert tantivy.Index.open(str(tmp_path / "sliced" / INDEX_DIR / name)).searcher().num_segments == 1
 
 
 def _facets_of(payloads: list[dict], fields: list[str], limit: int) -> dict[str, list[str]]:

@@ -246,10 +246,13 @@ class TantivyLexicalStore(LexicalStore):
         title_boost: float = 0.0,
         stemmer: Stemmer = "english",
         writer_heap_bytes: int = 128_000_000,
+        tenants: Collection[str] = (),
         overwrite: bool = False,
     ) -> TantivyLexicalStore:
         """A new, empty store at ``path``; only fields in ``field_types`` (plus the identifier
-        fields) can be filtered on. Each tenant's index is made when its first chunk is added.
+        fields) can be filtered on. Each tenant's index is made when its first chunk is added,
+        or here for ``tenants`` (a build adding slices names every tenant first, as how many
+        there are decides each writer's threads and heap).
 
         ``title_boost`` > 0 adds a title-only BM25 clause with that weight on top of ``content``
         (which holds the title already); 0 keeps the plain single-field BM25. ``stemmer`` is how
@@ -279,6 +282,7 @@ class TantivyLexicalStore(LexicalStore):
         write_manifest(directory, manifest)
         store = cls(directory, manifest)
         store._empty = True
+        store._add_tenants(sorted(set(tenants)))
         return store
 
     @classmethod
@@ -337,11 +341,14 @@ class TantivyLexicalStore(LexicalStore):
 
     # -- writes ------------------------------------------------------------------------------
 
-    def add(self, payloads: Sequence[Payload], encoded: Sequence[str | None] | None = None) -> None:
+    def add(
+        self, payloads: Sequence[Payload], encoded: Sequence[str | None] | None = None, *, new: bool = False
+    ) -> None:
         """Index payloads, each in its tenant's index; a chunk_id already present (in any
         tenant's index) is replaced. Searchable after ``finalize``. ``encoded`` may give a
         payload's stored JSON text (None: encode it here), as a delta build has it for the
-        chunks it keeps."""
+        chunks it keeps. ``new``: the caller vouches that no chunk of these is in the store
+        yet (a build adding distinct chunks a slice at a time), so none is looked for."""
         validate_payloads(payloads)
         if encoded is not None and len(encoded) != len(payloads):
             raise ValueError(f"{len(payloads)} payloads but {len(encoded)} encoded payloads")
@@ -352,7 +359,7 @@ class TantivyLexicalStore(LexicalStore):
                 self._tenant_fields.setdefault(str(payload["tenant_id"]), set()).update(held)
         # The first batch into a new store has nothing to replace (its ids are distinct):
         # 104k deletes cost 0.3 s.
-        replace, self._empty = not self._empty, False
+        replace, self._empty = not (self._empty or new), False
         if replace:
             # A delete applies to every earlier document, committed or not, so this replaces.
             self._delete_everywhere([payload["chunk_id"] for payload in payloads])
