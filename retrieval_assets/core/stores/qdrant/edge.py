@@ -482,17 +482,21 @@ def _sparse_query(vector: SparseVector) -> qe.Query:
 
 
 def _payload_index_schemas(field_types: dict[str, FieldType]) -> dict[str, Any]:
-    """Payload index per filterable field; tenant_id is a tenant index (co-located storage)."""
+    """Payload index per filterable field; tenant_id is a tenant index (co-located storage).
+    Memory-mapped, not loaded: opening a shard read every in-memory index whole (a 100k ACL
+    shard opened in 0.52 s against 0.17 s, a 1M one in 4.3 s), at 0.7 ms more on a filtered
+    SPLADE search's median there (4.68 against 5.35 ms; P95 9.93 ms both)."""
+    keyword = qe.KeywordIndexParams(on_disk=True)
     schemas: dict[str, Any] = {
-        "tenant_id": qe.KeywordIndexParams(is_tenant=True),
-        "doc_id": qe.PayloadSchemaType.Keyword,
-        "section": qe.PayloadSchemaType.Keyword,
+        "tenant_id": qe.KeywordIndexParams(is_tenant=True, on_disk=True),
+        "doc_id": keyword,
+        "section": keyword,
     }
     by_type = {
-        "keyword": qe.PayloadSchemaType.Keyword,
-        "bool": qe.PayloadSchemaType.Keyword,  # stored as "true"/"false", see module notes
-        "integer": qe.IntegerIndexParams(lookup=True, range=True),
-        "float": qe.PayloadSchemaType.Float,
+        "keyword": keyword,
+        "bool": keyword,  # stored as "true"/"false", see module notes
+        "integer": qe.IntegerIndexParams(lookup=True, range=True, on_disk=True),
+        "float": qe.FloatIndexParams(on_disk=True),
     }
     for field, kind in field_types.items():
         schemas[field] = by_type[kind]
