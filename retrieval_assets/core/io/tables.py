@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pandas.api.extensions import ExtensionArray
 
@@ -92,7 +93,7 @@ def _write_row_groups(frame: pd.DataFrame, path: Path, schema: pa.Schema | None 
     nulls at first), whole."""
     head = frame.iloc[:ROW_GROUP_ROWS]
     first = _arrow_part(head, schema) if schema is not None else pa.Table.from_pandas(head, preserve_index=False)
-    options = _column_options(first.schema)
+    options = _column_options(first)
     if len(frame) <= ROW_GROUP_ROWS:
         pq.write_table(first, path, row_group_size=ROW_GROUP_ROWS, **options)
         return
@@ -107,17 +108,20 @@ def _write_row_groups(frame: pd.DataFrame, path: Path, schema: pa.Schema | None 
         frame.to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS, **options)
 
 
-def _column_options(schema: pa.Schema) -> dict[str, Any]:
-    """Vectors (list columns) are written without compression, and vectors of floats without a
-    dictionary: their values hardly repeat, and Parquet tries a dictionary for each column chunk
-    before giving up on it. A million SPLADE vectors were written in 2.84 s against 4.06 s (19 %
-    larger), 200k dense ones in 0.55 s against 0.9 s (5 % smaller)."""
-    vectors = {field.name for field in schema if pa.types.is_list(field.type)}
-    floats = {name for name in vectors if pa.types.is_floating(schema.field(name).type.value_type)}
-    return {
-        "use_dictionary": [field.name for field in schema if field.name not in floats],
-        "compression": {field.name: "none" if field.name in vectors else "snappy" for field in schema},
-    }
+def _column_options(first: pa.Table) -> dict[str, Any]:
+    """How each column is written, judged from the first row group (``first``).
+
+    Nothing is compressed: Snappy cost more time than the bytes it saved. On the 1M bench's
+    tables (about 1 GB each uncompressed, 2.2 times their Snappy size) a write took 0.7-1.0 s
+    against 2.3-3.0 s, and a read 0.3-0.9 s against 1.0-1.7 s (benchmarks/scale.md). A column
+    gets a dictionary only where its values repeat (a tenant, a section): Parquet tries one for
+    each column chunk before falling back, and the 1M chunk table, whose ids and titles are
+    mostly distinct, read back in 0.52 s without one for them against 1.49 s with. Vectors (list
+    columns) get none: their values hardly repeat."""
+    plain = [f.name for f in first.schema if not pa.types.is_list(f.type)]
+    strings = [f.name for f in first.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    distinct = {name for name in strings if pc.count_distinct(first[name]).as_py() * 2 > first.num_rows}
+    return {"use_dictionary": [name for name in plain if name not in distinct], "compression": "none"}
 
 
 def _arrow_part(part: pd.DataFrame, schema: pa.Schema) -> pa.Table:

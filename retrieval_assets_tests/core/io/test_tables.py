@@ -164,6 +164,25 @@ def test_vector_columns_are_written_as_arrow_would_write_them(tmp_path, monkeypa
     assert pq.read_table(tmp_path / "mixed.parquet")["embedding"][20].as_py() == [0.5] * 4
 
 
+def test_tables_are_written_uncompressed_with_dictionaries_only_for_repeating_columns(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 10)
+    frame = pd.DataFrame(
+        {
+            "chunk_id": pd.Series([f"d{n}#0" for n in range(35)], dtype="string"),  # distinct
+            "tenant_id": pd.Series(["alpha", "beta"] * 17 + ["alpha"], dtype="string"),  # repeating
+            "indices": [np.arange(n % 5, dtype=np.int32) for n in range(35)],
+            "embedding": [np.full(3, n, dtype=np.float32) for n in range(35)],
+        }
+    )
+    write_parquet(frame, tmp_path / "t.parquet")
+    metadata = pq.ParquetFile(tmp_path / "t.parquet").metadata
+    chunks = [metadata.row_group(g).column(c) for g in range(metadata.num_row_groups) for c in range(4)]
+    assert {chunk.compression for chunk in chunks} == {"UNCOMPRESSED"}
+    with_dictionary = {chunk.path_in_schema for chunk in chunks if chunk.has_dictionary_page}
+    assert with_dictionary == {"tenant_id"}
+    assert pq.read_table(tmp_path / "t.parquet").equals(pa.Table.from_pandas(frame, preserve_index=False))
+
+
 def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_time(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 50)
     rows = 1000
@@ -192,13 +211,3 @@ def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_tim
     pd.testing.assert_frame_equal(few.drop(columns="embedding"), stored[mask].drop(columns="embedding"))
     with pytest.raises(IndexError):
         take_rows(stored, np.r_[np.arange(0, 2 * MAX_ROW_RUNS, 2), rows])
-
-
-def test_vectors_are_written_without_compression_and_float_vectors_without_a_dictionary(stored) -> None:
-    path, _ = stored
-    group = pq.ParquetFile(path).metadata.row_group(0)
-    columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
-    vectors, ids = columns["embedding.list.element"], columns["chunk_id"]
-    assert not any("DICTIONARY" in encoding for encoding in vectors.encodings)
-    assert any("DICTIONARY" in encoding for encoding in ids.encodings)
-    assert (vectors.compression, ids.compression) == ("UNCOMPRESSED", "SNAPPY")
