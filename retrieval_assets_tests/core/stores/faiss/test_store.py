@@ -101,7 +101,7 @@ def test_faiss_payloads_are_saved_in_record_batches_and_mapped_not_read(tmp_path
     path = tmp_path / "faiss"
     with FaissDenseStore.create(path, DIM) as store:
         store.upsert_dense(PAYLOADS, VECTORS)
-    with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
+    with pa.memory_map(str(_payload_file(path))) as source:
         assert pa.ipc.open_file(source).num_record_batches == -(-len(PAYLOADS) // 3)
     gc.collect()  # the writer's buffers, freed
     allocated = pa.total_allocated_bytes()
@@ -116,21 +116,38 @@ def test_faiss_reads_a_payload_file_holding_an_empty_record_batch(tmp_path):
     path = tmp_path / "faiss"
     with FaissDenseStore.create(path, DIM) as store:
         store.upsert_dense(PAYLOADS, VECTORS)
-    with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
+    with pa.memory_map(str(_payload_file(path))) as source:
         table = pa.ipc.open_file(source).read_all()
     rewritten = tmp_path / "rewritten.arrow"  # not over the mapped file the table still reads
     with pa.OSFile(str(rewritten), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
         writer.write_table(table)
-    rewritten.replace(path / PAYLOAD_FILE)
+    rewritten.replace(_payload_file(path))
     store = FaissDenseStore.open(path)
     assert list(store._payloads) == PAYLOADS
     far_only = parse_filters(FAR_ONLY_FILTERS[0])
     assert [h.chunk_id for h in store.search_dense(VECTORS[FAR], top_k=1, filters=far_only)] == [CHUNK_IDS[FAR]]
 
 
+def _payload_file(path):
+    """The one payload file a store's manifest names."""
+    _, manifest = read_manifest(path, FaissDenseStore.backend)
+    [entry] = manifest["payload_files"]
+    return path / entry["name"]
+
+
+def _saved_as_one_payload_file(path) -> None:
+    """Rewrite a store's payload file as versions saved before 2026-11-29 held it: one file,
+    ``payloads.arrow``, that the manifest does not name."""
+    _payload_file(path).rename(path / PAYLOAD_FILE)
+    _, manifest = read_manifest(path, FaissDenseStore.backend)
+    del manifest["payload_files"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _saved_as_legacy_parquet(path, *, drop_doc_id: bool) -> None:
     """Rewrite a store's payload file as versions saved before 2026-11-27 held it."""
+    _saved_as_one_payload_file(path)
     with pa.memory_map(str(path / PAYLOAD_FILE)) as source:
         table = pa.ipc.open_file(source).read_all()
     pq.write_table(table.drop_columns(["doc_id"]) if drop_doc_id else table, path / LEGACY_PAYLOAD_FILE)
@@ -147,7 +164,7 @@ def test_faiss_opens_a_legacy_parquet_payload_file_and_saves_the_mapped_one(tmp_
     assert store.search_dense(VECTORS[2], top_k=1)[0].payload == PAYLOADS[2]
     store.delete([CHUNK_IDS[0]])
     store.finalize()
-    assert (path / PAYLOAD_FILE).exists() and not (path / LEGACY_PAYLOAD_FILE).exists()
+    assert _payload_file(path).exists() and not (path / LEGACY_PAYLOAD_FILE).exists()
     assert FaissDenseStore.open(path).chunk_ids() == set(CHUNK_IDS[1:])
 
 
@@ -461,3 +478,72 @@ def test_deleting_rows_keeps_the_saved_payloads_in_the_file_and_in_order(tmp_pat
         **{chunk_id: payload for chunk_id, payload in zip(CHUNK_IDS, PAYLOADS, strict=True) if chunk_id not in gone},
         CHUNK_IDS[0]: PAYLOADS[0],
     }
+
+
+def _files(path) -> list[dict]:
+    return read_manifest(path, FaissDenseStore.backend)[1]["payload_files"]
+
+
+def test_a_save_writes_only_the_rows_added_and_links_the_files_it_keeps(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "PAYLOAD_BATCH_ROWS", 3)
+    base, copy = tmp_path / "base", tmp_path / "copy"
+    with FaissDenseStore.create(base, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    [base_file] = _files(base)
+    store = FaissDenseStore.open_copy(base, copy)
+    changed = {**PAYLOADS[1], "year": 1999}
+    store.delete([CHUNK_IDS[4]])
+    store.upsert_dense([changed], VECTORS[1:2])
+    store.finalize()
+    kept, added = _files(copy)
+    # The base's file, linked, less the deleted row and the changed one's old row; the changed row, new.
+    assert kept == {**base_file, "removed": [1, 4]} and (added["rows"], added["removed"]) == (1, [])
+    assert (copy / kept["name"]).stat().st_ino == (base / base_file["name"]).stat().st_ino
+    expected = {**dict(zip(CHUNK_IDS, PAYLOADS, strict=True)), CHUNK_IDS[1]: changed}
+    del expected[CHUNK_IDS[4]]
+    assert FaissDenseStore.stored_payloads(copy) == expected
+    assert _batched_payloads(copy) == expected
+    reopened = FaissDenseStore.open(copy)
+    assert reopened.chunk_ids() == set(expected)
+    assert reopened.search_dense(VECTORS[1], top_k=1)[0].payload == changed
+    year = parse_filters({"year": {"lte": 1999}})
+    assert [h.chunk_id for h in reopened.search_dense(VECTORS[1], top_k=3, filters=year)] == [CHUNK_IDS[1]]
+    # A save in place after that one adds one more file and leaves the two.
+    reopened.upsert_dense(PAYLOADS[4:5], VECTORS[4:5])
+    reopened.finalize()
+    assert [entry["name"] for entry in _files(copy)][:2] == [kept["name"], added["name"]]
+    assert FaissDenseStore.stored_payloads(copy) == {**expected, CHUNK_IDS[4]: PAYLOADS[4]}
+    assert FaissDenseStore.stored_payloads(base) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
+
+
+def test_payload_files_are_written_as_one_past_too_many_files_or_removed_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "MAX_PAYLOAD_FILES", 3)
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    for n in range(3):
+        with FaissDenseStore.open(path) as store:
+            store.upsert_dense([{**PAYLOADS[n], "round": n}], VECTORS[n : n + 1])
+    files = _files(path)
+    assert len(files) == 1 and files[0]["rows"] == len(PAYLOADS)  # the third save would have made 4
+    assert sorted(p.name for p in path.glob("payloads*")) == [files[0]["name"]]  # the others deleted
+    revised = {CHUNK_IDS[n]: {**PAYLOADS[n], "round": n} for n in range(3)}
+    expected = dict(zip(CHUNK_IDS, PAYLOADS, strict=True)) | revised
+    assert FaissDenseStore.stored_payloads(path) == expected
+    # Deleting over a quarter of the rows writes the live ones into one file too.
+    with FaissDenseStore.open(path) as store:
+        store.delete(CHUNK_IDS[: len(CHUNK_IDS) // 3])
+    [entry] = _files(path)
+    assert (entry["rows"], entry["removed"]) == (len(CHUNK_IDS) - len(CHUNK_IDS) // 3, [])
+
+
+def test_a_store_saved_with_one_payload_file_is_read_and_extended(tmp_path):
+    path = tmp_path / "faiss"
+    with FaissDenseStore.create(path, DIM) as store:
+        store.upsert_dense(PAYLOADS, VECTORS)
+    _saved_as_one_payload_file(path)
+    assert FaissDenseStore.stored_payloads(path) == dict(zip(CHUNK_IDS, PAYLOADS, strict=True))
+    with FaissDenseStore.open(path) as store:
+        store.delete([CHUNK_IDS[0]])
+    assert _files(path) == [{"name": PAYLOAD_FILE, "rows": len(PAYLOADS), "removed": [0]}]
+    assert FaissDenseStore.open(path).chunk_ids() == set(CHUNK_IDS[1:])
