@@ -51,6 +51,13 @@ class StoredTable:
         """These columns only (the input's own column selection left aside)."""
         return self.table.read_pandas(names, self.options.get("dtype_backend"))
 
+    def read_rows(self, names: Sequence[str], positions: Sequence[int] | None) -> pd.DataFrame:
+        """These columns of the rows at ``positions``, in that order (None: every row)."""
+        if positions is None:
+            return self.read_columns(names)
+        found = self.table.take(positions, names)
+        return found.to_pandas(types_mapper=pd.ArrowDtype if self.options.get("dtype_backend") == "pyarrow" else None)
+
     @property
     def rows(self) -> int:
         """Its row count, from the files' footers."""

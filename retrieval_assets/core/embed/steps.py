@@ -96,10 +96,13 @@ class ChunkTexts(Sequence[str]):
 
 class DeferredChunkTexts(Sequence[str]):
     """The embedding texts of a chunks table's ``rows`` rows, whose title and text columns
-    ``load`` reads when a text is first asked for: a step whose vectors are all cached never
-    reads them (a million chunks' texts are about 1 GB)."""
+    ``load`` reads when a text is first asked for, of the rows at the positions it is given
+    (None: every row): a step whose vectors are all cached never reads them, and one that
+    encodes a few chunks reads theirs only (a million chunks' texts are about 1 GB)."""
 
-    def __init__(self, rows: int, load: Callable[[], pd.DataFrame], positions: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, rows: int, load: Callable[[Sequence[int] | None], pd.DataFrame], positions: Sequence[int] | None = None
+    ) -> None:
         self._rows, self._load, self._positions = rows, load, positions
         self._texts: ChunkTexts | None = None
 
@@ -118,9 +121,7 @@ class DeferredChunkTexts(Sequence[str]):
     def __getitem__(self, index: slice) -> list[str]: ...
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if self._texts is None:
-            columns = self._load()
-            if self._positions is not None:
-                columns = columns.iloc[list(self._positions)]
+            columns = self._load(self._positions)
             self._texts = ChunkTexts(columns["title"].array, columns["text"].array)
         return self._texts[index]
 

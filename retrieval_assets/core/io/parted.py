@@ -105,16 +105,28 @@ class PartedTable:
             rows, logical = self._in_use(index, held)
             if not len(rows):
                 continue
-            sizes = np.array([file.metadata.row_group(group).num_rows for group in range(file.num_row_groups)])
-            ends = np.cumsum(sizes)
-            group_of = np.searchsorted(ends, rows, side="right")
-            groups = np.unique(group_of)
-            table = file.read_row_groups(groups.tolist(), columns=list(columns) if columns is not None else None)
-            # A row's place in the groups read, which follow one another in the table.
-            before = np.cumsum(np.r_[0, sizes[groups][:-1]])
-            local = before[np.searchsorted(groups, group_of)] + rows - (ends - sizes)[group_of]
-            found.append(table.take(pa.array(local)))
+            found.append(_rows_of(file, rows, columns))
             positions.append(logical)
+        return self._in_order(found, positions, columns)
+
+    def take(self, positions: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows at these positions of the table, in this order, decoding only the row groups
+        that hold them (a delta's chunks to encode, not a million chunks' texts: 1.4 s a step)."""
+        wanted = np.asarray(positions, dtype=np.int64)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= self.rows):
+            raise IndexError(f"positions out of range for a table of {self.rows} rows")
+        starts = np.cumsum(np.r_[0, self.pieces[:, 2] - self.pieces[:, 1]])
+        piece = np.searchsorted(starts, wanted, side="right") - 1
+        files, rows = self.pieces[piece, 0], self.pieces[piece, 1] + wanted - starts[piece]
+        found, order = [], []
+        for file in np.unique(files).tolist():
+            mine = np.flatnonzero(files == file)
+            found.append(_rows_of(pq.ParquetFile(self.paths[file]), rows[mine], columns))
+            order.append(mine)
+        return self._in_order(found, order, columns)
+
+    def _in_order(self, found: list[pa.Table], positions: list[np.ndarray], columns: Sequence[str] | None) -> pa.Table:
+        """``found`` tables' rows, each at its place in ``positions``, in those places' order."""
         if not found:
             empty = pq.ParquetFile(self.paths[0]).schema_arrow if self.paths else pa.schema([])
             selected = empty if columns is None else pa.schema([empty.field(name) for name in columns])
@@ -194,6 +206,19 @@ class _FileRows:
             self._held = (first, last, self._file.read_row_groups(groups, columns=self._columns))
         offset = int(self._ends[self._held[0] - 1]) if self._held[0] else 0
         return self._held[2].slice(start - offset, stop - start)
+
+
+def _rows_of(file: pq.ParquetFile, rows: np.ndarray, columns: Sequence[str] | None) -> pa.Table:
+    """The file's ``rows``, in that order, read from the row groups holding them only."""
+    sizes = np.array([file.metadata.row_group(group).num_rows for group in range(file.num_row_groups)])
+    ends = np.cumsum(sizes)
+    group_of = np.searchsorted(ends, rows, side="right")
+    groups = np.unique(group_of)
+    table = file.read_row_groups(groups.tolist(), columns=list(columns) if columns is not None else None)
+    # A row's place in the groups read, which follow one another in the table.
+    before = np.cumsum(np.r_[0, sizes[groups][:-1]])
+    local = before[np.searchsorted(groups, group_of)] + rows - (ends - sizes)[group_of]
+    return table.take(pa.array(local))
 
 
 def _to_pandas(table: pa.Table, dtype_backend: str | None) -> pd.DataFrame:

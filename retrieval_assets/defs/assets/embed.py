@@ -64,7 +64,7 @@ def _embed_chunks(
     if change is not None:
         context.log.info(f"{kind} embeddings: {change}")
     table = chunks.read()
-    texts = DeferredChunkTexts(len(table), lambda: chunks.read_columns(TEXT_COLUMNS))
+    texts = DeferredChunkTexts(len(table), lambda positions: chunks.read_rows(TEXT_COLUMNS, positions))
     last = open_table(storage.artifacts_dir.joinpath(*context.asset_key.path))
     progress, block = log_progress(context, kind), build.embedding_block_rows
     with stopwatch() as timer:

@@ -91,11 +91,11 @@ def test_only_the_texts_of_missing_keys_are_made(tmp_path: Path) -> None:
 def test_deferred_texts_are_read_only_when_a_chunk_is_encoded(tmp_path: Path) -> None:
     chunks = pd.DataFrame({"chunk_id": ["d#0", "d#1", "e#0"], "content_hash": ["h0", "h1", "h2"]})
     titles = pd.DataFrame({"title": ["T", "T", None], "text": ["zero", "one", "two"]}, dtype="string")
-    reads: list[int] = []
+    reads: list[list[int] | None] = []
 
-    def load() -> pd.DataFrame:
-        reads.append(1)
-        return titles
+    def load(positions) -> pd.DataFrame:
+        reads.append(None if positions is None else list(positions))
+        return titles if positions is None else titles.iloc[list(positions)]
 
     def encode(texts, _report) -> pd.DataFrame:
         return pd.DataFrame({"embedding": [np.full(2, len(text), dtype=np.float32) for text in texts]})
@@ -107,5 +107,5 @@ def test_deferred_texts_are_read_only_when_a_chunk_is_encoded(tmp_path: Path) ->
     assert reads == []
     # One chunk the cache lacks: the texts are read once, and the right one is encoded.
     values, stats = encode_with_cache(["h0", "new"], DeferredChunkTexts(3, load).at([0, 2]), encode, cache)
-    assert reads == [1] and stats.encoded == 1
+    assert reads == [[0, 2]] and stats.encoded == 1  # the rows of the view only, not the table
     assert values["embedding"].iloc[1].tolist() == [3.0, 3.0]  # "two", its title missing

@@ -84,6 +84,14 @@ def test_an_extended_table_reads_as_the_new_table_and_keeps_the_base_file(
     assert picked.column("chunk_id").to_pylist() == ["c1", "c3", "c700", "c-new2"]
     assert picked.column("content_hash").to_pylist() == ["c1-a", "c3-a", "c700-b", "c-new2-a"]
     assert table.read_where("chunk_id", {"c0", "c500"}).num_rows == 0  # removed rows stay in the base file only
+    # Rows picked by position, in any order and more than once, across files and row groups.
+    positions = [len(new_ids) - 1, 0, changed, 1200, 0, 63, 64]
+    taken = table.take(positions, ["chunk_id", "content_hash"])
+    assert taken.column("chunk_id").to_pylist() == [new_ids[p] for p in positions]
+    assert taken.column("content_hash").to_pylist()[2] == "c700-b"
+    assert table.take([], ["chunk_id"]).num_rows == 0
+    with pytest.raises(IndexError):
+        table.take([len(new_ids)])
 
 
 def test_a_table_written_whole_again_removes_the_files_it_no_longer_uses(stem: Path) -> None:
