@@ -213,7 +213,9 @@ def collect_frame_graph(
         (doc_id, tenant_id, json.loads(text))
         for doc_id, tenant_id, text in zip(asking["doc_id"], asking["tenant_id"], asking["metadata"], strict=True)
     )
-    return _collect(nodes, frame_tenants(documents), len(documents), domain_fields, relation_prefix)
+    # Without a node asking, no edge is checked against the tenants (1M documents' map: 1 s).
+    tenant_of = frame_tenants(documents) if asks.any() else {}
+    return _collect(nodes, tenant_of, len(documents), domain_fields, relation_prefix)
 
 
 def document_tenants(documents: Iterable[Document]) -> dict[str, str]:

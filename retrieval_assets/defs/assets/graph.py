@@ -60,7 +60,7 @@ def knowledge_graph(
         # Built whole in every mode, deltas included: an edge of an unchanged tool may name a
         # changed or removed one.
         graph = collect_frame_graph(cleaned_documents, domain_fields=build.graph_domain_fields)
-        tenant_of = frame_tenants(cleaned_documents)
+        tenant_of = frame_tenants(cleaned_documents) if len(graph.edges) else {}  # what edges are checked against
         # A reused version is complete (maybe serving): it is read, never written again.
         reused = index_candidate.reused
         violations = edge_violations(graph.edges, tenant_of) if reused else publish_graph(graph, tenant_of, path)
