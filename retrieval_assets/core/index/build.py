@@ -415,11 +415,12 @@ def checked_backend_chunk_ids(version: IndexVersion, expected: set[str]) -> dict
 
 def backend_differences(held: Mapping[str, set[str]], expected: set[str]) -> dict[str, dict[str, int]]:
     """Per backend: how many of the expected chunks it lacks and how many others it holds."""
-    # A backend found to hold the expected ids is given that very set: nothing to count.
+    # Counted only for a backend whose ids differ: two differences of a million ids took 0.7 s,
+    # a comparison a tenth of that (and none for the very set a recorded listing stands for).
     return {
-        name: {"missing": len(expected - ids), "unexpected": len(ids - expected)}
-        if ids is not expected
-        else {"missing": 0, "unexpected": 0}
+        name: {"missing": 0, "unexpected": 0}
+        if ids is expected or ids == expected
+        else {"missing": len(expected - ids), "unexpected": len(ids - expected)}
         for name, ids in held.items()
     }
 

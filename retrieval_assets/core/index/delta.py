@@ -142,9 +142,12 @@ def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | N
     hashes_before = before["row_hash"].to_numpy()
     same = (position >= 0) & (hashes_before[np.maximum(position, 0)] == current["row_hash"].to_numpy())
     upserted = current.loc[~same, "chunk_id"].tolist()
-    deleted = sorted(set(ids_before) - set(current["chunk_id"]))
+    # In Arrow, not as Python sets of a million ids each (0.7 s a delta).
+    ids_now = pa.array(current["chunk_id"], type=pa.string())
+    gone = ~pc.is_in(pa.array(before["chunk_id"], type=pa.string()), value_set=ids_now).to_numpy(zero_copy_only=False)
+    deleted = sorted(before.loc[gone, "chunk_id"].tolist())
     documents = set(current.loc[~same, "doc_id"])
-    documents.update(before.loc[before["chunk_id"].isin(deleted), "doc_id"])
+    documents.update(before.loc[gone, "doc_id"])
     return DeltaPlan(
         base=base.id,
         upserted=tuple(upserted),
