@@ -699,17 +699,14 @@ class FaissDenseStore(DenseStore):
             total = sum(file.rows for file in rows)
             removed = total - sum(len(file_rows) for file_rows in rows.values())
             if len(rows) + bool(held) <= MAX_PAYLOAD_FILES and removed <= MAX_REMOVED_PAYLOAD_SHARE * total:
-                entries = []
-                for file, file_rows in rows.items():
-                    _link(file.path, self.directory / file.path.name)
-                    removed_rows = np.setdiff1d(np.arange(file.rows), file_rows)
-                    entries.append({"name": file.path.name, "rows": file.rows, "removed": removed_rows.tolist()})
+                entries = [_kept_file(file, file_rows, self.directory) for file, file_rows in rows.items()]
                 if held:
                     start = len(self._ids) - held
-                    name, texts = self._write_payload_file(start, self._payloads.column().slice(start))
+                    earlier = np.arange(len(self._ids)) < start
+                    # Only the rows in memory are read: ``column`` of every row reads the files' too.
+                    name, texts = self._write_payload_file(start, self._payloads.kept(~earlier).column())
                     entries.append({"name": name, "rows": held, "removed": []})
-                    kept = PayloadTexts(self._payloads.kept(np.arange(len(self._ids)) < start)._parts)
-                    self._payloads = kept.joined(texts)
+                    self._payloads = self._payloads.kept(earlier).joined(texts)
                 return entries
         name, self._payloads = self._write_payload_file(0, self._payloads.column())
         return [{"name": name, "rows": len(self._ids), "removed": []}]
@@ -732,6 +729,15 @@ class FaissDenseStore(DenseStore):
         os.replace(tmp, self.directory / name)
         _, texts = _read_payload_file(self.directory / name)
         return name, texts
+
+
+def _kept_file(file: _PayloadFile, live_rows: np.ndarray, directory: Path) -> dict[str, Any]:
+    """A saved payload file kept by a save into ``directory`` (linked there): its
+    ``payload_files`` entry, whose removed rows are those not in ``live_rows``."""
+    _link(file.path, directory / file.path.name)
+    live = np.zeros(file.rows, dtype=bool)
+    live[live_rows] = True
+    return {"name": file.path.name, "rows": file.rows, "removed": np.flatnonzero(~live).tolist()}
 
 
 def _link(source: Path, target: Path) -> None:
