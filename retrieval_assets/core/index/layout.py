@@ -54,6 +54,11 @@ class IndexLayout:
         """The plan of a candidate built as a delta from another version (``delta.DeltaPlan``)."""
         return self.root / "delta.json"
 
+    @property
+    def delta_chunks(self) -> Path:
+        """A delta candidate's chunk rows of the documents it changes, which its index steps
+        write: set aside once, not found again among every chunk by each step."""
+        return self.root / "delta_chunks.parquet"
 
 
 def write_build_manifest(path: Path, **facts: object) -> None:

@@ -97,7 +97,7 @@ def index_candidate(
         decision = decide_build(
             chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
         )
-        record_decision(version, decision)
+        record_decision(version, decision, chunks)
         record_candidate_chunks(version, table)
         reason, plan = decision.reason, decision.plan
     record = CandidateRecord(

@@ -174,9 +174,11 @@ def _checked(
     )
 
 
-def _upserted(delta: Delta, *tables: StoredTable) -> list[pd.DataFrame]:
-    """The rows of a delta's upserted chunks in each table: a few of 104k on the ACL Anthology."""
-    return [table.read_where("chunk_id", delta.plan.upserted) for table in tables]
+def _upserted(delta: Delta, chunks: StoredTable, *vectors: StoredTable) -> list[pd.DataFrame]:
+    """The rows of a delta's upserted chunks in the chunks table and each vector table: a few of
+    104k on the ACL Anthology."""
+    chunk_rows = delta.chunk_rows(chunks.table, delta.plan.upserted)
+    return [chunk_rows, *(table.read_where("chunk_id", delta.plan.upserted) for table in vectors)]
 
 
 @asset(
@@ -206,7 +208,7 @@ def vocabulary(
         else:
             # A delta updates the base's term counts for the changed documents only, reading only their chunks.
             if delta:
-                counts = delta_term_counts(delta, chunks.read_where("doc_id", delta.plan.documents))
+                counts = delta_term_counts(delta, delta.chunk_rows(chunks.table))
             else:
                 counts = count_terms(chunk_texts(chunks.read()))
             terms_cache = embedding_cache(storage.cache_dir, "terms", encoder)

@@ -265,11 +265,11 @@ def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
     changed = _chunks({"d0": {"text": "In progress."}})
     candidate = versions.candidate(build_fingerprint(chunk_table(changed), settings=SETTINGS))
     decision = decide_build(changed, SETTINGS, old, 0.5)
-    record_decision(candidate, decision)
+    record_decision(candidate, decision, changed)
     assert candidate.delta_base == old.id
     assert versions.prune(keep=1) == [newer[0].id, newer[1].id] and old.sealed
     # A full build (or a sealed candidate) protects nothing.
-    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5))
+    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5), changed)
     assert candidate.delta_base is None and versions.prune(keep=1) == [old.id]
 
 
@@ -451,3 +451,30 @@ def test_a_delta_store_is_checked_by_its_changes_and_listed_only_when_they_do_no
     held = delta_held_chunk_ids(store, delta, expected)
     store.close()
     assert held == expected - {"default/d5#0"} | {"default/d3#0"} and listings == [1, 1, 1]
+
+
+def test_a_delta_sets_aside_its_documents_chunk_rows_which_its_steps_read_instead_of_the_table(
+    tmp_path: Path, monkeypatch
+) -> None:
+    versions = IndexVersions(tmp_path / "indexes")
+    base = _sealed_version(versions, _chunks())
+    changed = _chunks({"d1": {"text": "A new description."}}, drop=("d2",), add=1)
+    candidate = versions.candidate(build_fingerprint(chunk_table(changed), settings=SETTINGS))
+    decision = decide_build(changed, SETTINGS, base, 0.5)
+    assert decision.plan is not None
+    record_decision(candidate, decision, changed)
+    stored = _stored_chunks(changed, tmp_path / "stored")[1]
+    delta = Delta(base, decision.plan, candidate.layout.delta_chunks)
+    # The changed documents' rows (d2 is gone: none), as the table holds them, read without it.
+    expected = stored.read_where("doc_id", decision.plan.documents).to_pandas()
+    monkeypatch.setattr(PartedTable, "read_where", lambda *_: pytest.fail("the chunk table was searched"))
+    pd.testing.assert_frame_equal(delta.chunk_rows(stored), expected)
+    assert delta.chunk_rows(stored, ["default/d1#0"])["chunk_id"].tolist() == ["default/d1#0"]
+    monkeypatch.undo()
+    # A candidate named before the rows were set aside finds them in the table.
+    candidate.layout.delta_chunks.unlink()
+    pd.testing.assert_frame_equal(delta.chunk_rows(stored), expected)
+    # A full build leaves no rows behind.
+    candidate.layout.delta_chunks.touch()
+    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5), changed)
+    assert not candidate.layout.delta_chunks.exists()
