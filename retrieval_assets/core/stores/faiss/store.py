@@ -85,8 +85,6 @@ PAYLOAD_FILE_GLOB = "payloads*.arrow*"
 # many, or hold more than this share of rows no longer live.
 MAX_PAYLOAD_FILES = 16
 MAX_REMOVED_PAYLOAD_SHARE = 0.25
-# Payloads asked for by chunk id are read one by one when fewer than 1 in this many of the rows.
-FEW_PAYLOADS_SHARE = 8
 # Saved before 2026-11-27: Parquet, read into memory whole (200,000 payloads, 254 MB of Arrow
 # data, took a reader 521 MB of memory, which Arrow's allocator kept after they were freed).
 LEGACY_PAYLOAD_FILE = "payloads.parquet"
@@ -492,15 +490,8 @@ class FaissDenseStore(DenseStore):
     @staticmethod
     def stored_payload_json(path: str | os.PathLike[str], chunk_ids: Collection[str] | None = None) -> dict[str, str]:
         """The payloads saved at ``path`` (only ``chunk_ids`` when given) as JSON text by chunk
-        id, read without loading the index: what a delta build reuses for the chunks it keeps.
-        A few chunks' payloads are read row by row, found by the id columns alone (10k of 1M:
-        each delta step read the whole 1.39 GB file for them, 2-3 s); more, in one pass."""
+        id, read without loading the index: what a delta build reuses for the chunks it keeps."""
         wanted = None if chunk_ids is None else pa.array(list(chunk_ids), type=pa.string())
-        directory, manifest = read_manifest(path, FaissDenseStore.backend)
-        if wanted is not None and len(wanted) * FEW_PAYLOADS_SHARE < manifest.get("count", 0):
-            _, ids, _, payloads = _open_payloads(directory, manifest)
-            rows = np.flatnonzero(pc.is_in(ids, value_set=wanted).to_numpy(zero_copy_only=False)).tolist()
-            return {ids[row].as_py(): payloads.text(row) for row in rows}
         texts: dict[str, str] = {}
         for batch in FaissDenseStore.stored_payload_batches(path):
             if wanted is not None:
@@ -518,12 +509,13 @@ class FaissDenseStore(DenseStore):
             yield from parquet_batches(directory / LEGACY_PAYLOAD_FILE, PAYLOAD_BATCH_ROWS, columns)
             return
         for entry in _payload_files(manifest):
+            removed = _removed_rows(entry)
             with pa.OSFile(str(directory / entry["name"])) as source:
                 reader = pa.ipc.open_file(source)
                 first = 0
                 for number in range(reader.num_record_batches):
                     batch = reader.get_batch(number).select(columns)
-                    live = _live_rows(entry, first, batch.num_rows)
+                    live = _live_rows(removed, first, batch.num_rows)
                     first += batch.num_rows
                     yield batch if live.all() else batch.filter(pa.array(live))
 
@@ -764,9 +756,18 @@ def _payload_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return manifest.get("payload_files") or [{"name": PAYLOAD_FILE, "removed": []}]
 
 
-def _live_rows(entry: dict[str, Any], first: int, rows: int) -> np.ndarray:
-    """Whether each of a payload file's rows ``first`` to ``first + rows`` is live."""
-    return ~np.isin(np.arange(first, first + rows), np.asarray(entry["removed"], dtype=np.int64))
+def _removed_rows(entry: dict[str, Any]) -> np.ndarray:
+    """A ``payload_files`` entry's removed rows, sorted."""
+    return np.sort(np.asarray(entry["removed"], dtype=np.int64))
+
+
+def _live_rows(removed: np.ndarray, first: int, rows: int) -> np.ndarray:
+    """Whether each of a payload file's rows ``first`` to ``first + rows`` is live, given its
+    sorted ``removed`` rows (a file may hold thousands of record batches: one search each)."""
+    live = np.ones(rows, dtype=bool)
+    start, stop = np.searchsorted(removed, [first, first + rows])
+    live[removed[start:stop] - first] = False
+    return live
 
 
 def _legacy_payload_table(directory: Path) -> pa.Table | None:
@@ -789,7 +790,7 @@ def _open_payloads(
         tables, payloads = [], PayloadTexts()
         for entry in _payload_files(manifest):
             table, texts = _read_payload_file(directory / entry["name"])
-            live = _live_rows(entry, 0, table.num_rows)
+            live = _live_rows(_removed_rows(entry), 0, table.num_rows)
             if not live.all():
                 table, texts = table.filter(pa.array(live)), texts.kept(live)
             tables.append(table)

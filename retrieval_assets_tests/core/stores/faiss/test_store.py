@@ -505,12 +505,9 @@ def test_a_save_writes_only_the_rows_added_and_links_the_files_it_keeps(tmp_path
     del expected[CHUNK_IDS[4]]
     assert FaissDenseStore.stored_payloads(copy) == expected
     assert _batched_payloads(copy) == expected
-    # A few payloads by id are read row by row, from either file; a removed row is not found.
-    with monkeypatch.context() as patched:
-        patched.setattr(store_module, "FEW_PAYLOADS_SHARE", 2)
-        patched.setattr(FaissDenseStore, "stored_payload_batches", staticmethod(lambda _: pytest.fail("all read")))
-        assert FaissDenseStore.stored_payloads(copy, {CHUNK_IDS[1], CHUNK_IDS[4]}) == {CHUNK_IDS[1]: changed}
-        assert FaissDenseStore.stored_payloads(copy, {CHUNK_IDS[0]}) == {CHUNK_IDS[0]: PAYLOADS[0]}
+    # Payloads by id, from either file; a removed row is not found.
+    assert FaissDenseStore.stored_payloads(copy, {CHUNK_IDS[1], CHUNK_IDS[4]}) == {CHUNK_IDS[1]: changed}
+    assert FaissDenseStore.stored_payloads(copy, {CHUNK_IDS[0]}) == {CHUNK_IDS[0]: PAYLOADS[0]}
     reopened = FaissDenseStore.open(copy)
     assert reopened.chunk_ids() == set(expected)
     assert reopened.search_dense(VECTORS[1], top_k=1)[0].payload == changed
