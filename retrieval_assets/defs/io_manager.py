@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from dagster import ConfigurableIOManager, InputContext, OutputContext
 from pydantic import Field
 
@@ -41,8 +42,7 @@ class StoredTable:
 
     def read_where(self, column: str, values: Collection[str]) -> pd.DataFrame:
         """Only the rows whose ``column`` holds one of ``values`` (``PartedTable.read_where``)."""
-        found = self.table.read_where(column, values, self.options.get("columns"))
-        return found.to_pandas(types_mapper=pd.ArrowDtype if self.options.get("dtype_backend") == "pyarrow" else None)
+        return self._frame(self.table.read_where(column, values, self.options.get("columns")))
 
     def column(self, name: str) -> pd.Series:
         return self.table.read_pandas([name])[name]
@@ -55,8 +55,10 @@ class StoredTable:
         """These columns of the rows at ``positions``, in that order (None: every row)."""
         if positions is None:
             return self.read_columns(names)
-        found = self.table.take(positions, names)
-        return found.to_pandas(types_mapper=pd.ArrowDtype if self.options.get("dtype_backend") == "pyarrow" else None)
+        return self._frame(self.table.take(positions, names))
+
+    def _frame(self, table: pa.Table) -> pd.DataFrame:
+        return table.to_pandas(types_mapper=pd.ArrowDtype if self.options.get("dtype_backend") == "pyarrow" else None)
 
     @property
     def rows(self) -> int:

@@ -143,8 +143,7 @@ def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | N
     same = (position >= 0) & (hashes_before[np.maximum(position, 0)] == current["row_hash"].to_numpy())
     upserted = current.loc[~same, "chunk_id"].tolist()
     # In Arrow, not as Python sets of a million ids each (0.7 s a delta).
-    ids_now = pa.array(current["chunk_id"], type=pa.string())
-    gone = ~pc.is_in(pa.array(before["chunk_id"], type=pa.string()), value_set=ids_now).to_numpy(zero_copy_only=False)
+    gone = ~_holding(before["chunk_id"], current["chunk_id"])
     deleted = sorted(before.loc[gone, "chunk_id"].tolist())
     documents = set(current.loc[~same, "doc_id"])
     documents.update(before.loc[gone, "doc_id"])
@@ -241,11 +240,11 @@ def record_decision(candidate: IndexVersion, decision: BuildDecision, chunks: pd
     write_json({**asdict(decision.plan), "reason": decision.reason}, layout.delta_plan)
 
 
-def _holding(column: pd.Series, values: Collection[str]) -> np.ndarray:
+def _holding(column: pd.Series, values: pd.Series | Collection[str]) -> np.ndarray:
     """Whether each value of a string column is one of ``values`` (Arrow's is_in: pandas' isin
     on Arrow strings loops in Python)."""
-    held = pc.is_in(pa.array(column, type=pa.string()), value_set=pa.array(list(values), type=pa.string()))
-    return held.to_numpy(zero_copy_only=False)
+    value_set = pa.array(values if isinstance(values, pd.Series) else list(values), type=pa.string())
+    return pc.is_in(pa.array(column, type=pa.string()), value_set=value_set).to_numpy(zero_copy_only=False)
 
 
 @dataclass(frozen=True)
@@ -265,7 +264,7 @@ class Delta:
             return frame if chunk_ids is None else rows_where(frame, _holding(frame["chunk_id"], chunk_ids))
         if chunk_ids is None:
             return chunks.read_where("doc_id", self.plan.documents).to_pandas()
-        return chunks.read_where("chunk_id", chunk_ids).to_pandas()
+        return _chunk_rows(chunks, chunk_ids)
 
     def open_copy(self, store_type: type[Store], source: Path, target: Path) -> Store:
         """A copy of one of the base's indexes at ``target`` (replacing what an interrupted run

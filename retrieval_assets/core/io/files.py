@@ -55,3 +55,15 @@ def copy_keeping_holes(source: str, target: str) -> None:
         shutil.copy2(source, target)
         return
     shutil.copystat(source, target)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``source`` also at ``target`` (a file a new version keeps from an older one, which no
+    writer changes): a hard link, else (another file system) a copy; nothing if ``target`` is
+    there already."""
+    if target.exists():
+        return
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

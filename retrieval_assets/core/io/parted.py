@@ -13,8 +13,6 @@ A plain ``{stem}.parquet`` reads as a table of one part, so every reader takes e
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from retrieval_assets.core.io.files import write_json
+from retrieval_assets.core.io.files import link_or_copy, write_json
 from retrieval_assets.core.io.tables import parquet_row_slices, write_parquet
 
 MANIFEST_SUFFIX = ".parts.json"
@@ -281,7 +279,7 @@ class TableWrite:
                 write_parquet(self.frame, stem.parent / name, schema=pq.read_schema(self.base.paths[0]))
             files, pieces, file_rows = _extended(self.base, self.sources, name, len(self.frame))
             for kept in set(files) & set(self.base.files):
-                _link(self.base.directory / kept, stem.parent / kept)
+                link_or_copy(self.base.directory / kept, stem.parent / kept)
         manifest = stem.with_name(stem.name + MANIFEST_SUFFIX)
         write_json({"files": files, "file_rows": file_rows, "pieces": pieces.tolist(), "tag": self.tag}, manifest)
         keep = set(files)
@@ -289,16 +287,6 @@ class TableWrite:
             if stale.name not in keep:
                 stale.unlink(missing_ok=True)
         return manifest
-
-
-def _link(source: Path, target: Path) -> None:
-    """``source`` also at ``target`` (a base table stored elsewhere): a hard link, else a copy."""
-    if target.exists():
-        return
-    try:
-        os.link(source, target)
-    except OSError:  # another file system
-        shutil.copy2(source, target)
 
 
 def _extended(

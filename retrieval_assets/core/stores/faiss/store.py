@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import threading
 import uuid
 import weakref
@@ -54,6 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from retrieval_assets.core.io.files import link_or_copy
 from retrieval_assets.core.io.tables import parquet_batches
 from retrieval_assets.core.models import StoreHit
 from retrieval_assets.core.stores.base import (
@@ -735,20 +735,10 @@ class FaissDenseStore(DenseStore):
 def _kept_file(file: _PayloadFile, live_rows: np.ndarray, directory: Path) -> dict[str, Any]:
     """A saved payload file kept by a save into ``directory`` (linked there): its
     ``payload_files`` entry, whose removed rows are those not in ``live_rows``."""
-    _link(file.path, directory / file.path.name)
+    link_or_copy(file.path, directory / file.path.name)
     live = np.zeros(file.rows, dtype=bool)
     live[live_rows] = True
     return {"name": file.path.name, "rows": file.rows, "removed": np.flatnonzero(~live).tolist()}
-
-
-def _link(source: Path, target: Path) -> None:
-    """``source`` at ``target`` too: a hard link, or a copy across file systems."""
-    if target.exists():
-        return
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def _payload_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
