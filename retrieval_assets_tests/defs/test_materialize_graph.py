@@ -61,7 +61,7 @@ def test_graph_materializes_with_counts(built, tiny_beir: Path) -> None:
     raw = pd.read_parquet(storage.artifacts_dir / "raw_catalog.parquet")
     cleaned = pd.read_parquet(storage.artifacts_dir / "cleaned_documents.parquet")
     quarantined = pd.read_parquet(storage.artifacts_dir / "quarantined_documents.parquet")
-    chunks = pd.read_parquet(storage.artifacts_dir / "chunks.parquet")
+    chunks = stored_value(storage.artifacts_dir, "chunks")
     dense = stored_value(storage.artifacts_dir, "dense_embeddings")
     sparse = stored_value(storage.artifacts_dir, "sparse_embeddings")
 

@@ -15,7 +15,7 @@ from dagster import AssetKey, AssetSelection, DagsterInstance, MultiPartitionKey
 
 from retrieval_assets.definitions import ASSETS, defs
 from retrieval_assets.defs.assets.embed import embedding_cache_shard
-from retrieval_assets.defs.io_manager import ParquetIOManager
+from retrieval_assets.defs.io_manager import ParquetIOManager, stored_value
 from retrieval_assets.defs.jobs import BUILD, EVALUATION, WHOLE_BUILD, rollback_job
 from retrieval_assets.defs.partitions import catalog_sources, hash_shards
 from retrieval_assets.defs.resources import (
@@ -211,7 +211,7 @@ def test_new_source_becomes_a_partition_and_shard_runs_fill_the_cache(deployment
     # The BEIR source was never warmed: only its chunks are encoded; the tools come from the cache.
     assert dense.metadata["encoded"].value == chunks - warmed
     # A source's name is the tenant of its records that do not name one (a few tools say "lab-b").
-    tenants = set(pd.read_parquet(deployment.storage.artifacts_dir / "chunks.parquet")["tenant_id"])
+    tenants = set(stored_value(deployment.storage.artifacts_dir, "chunks")["tenant_id"])
     assert tenants == {"default", "toolshop", "lab-b"}
 
 

@@ -6,9 +6,10 @@ On a large catalog cleaning and chunking every row costs tens of seconds (ACL An
 memo is a cache, keyed by content: a row's key is a hash of its bytes, of the cleaning rules'
 source code and of the format, tenant and limit; a document's key is a hash of its cleaned
 fields, of the chunker's source code and of its settings. A changed rule therefore misses the
-cache instead of serving stale output. A build appends what it parsed and chunked; once a
-quarter of the memo's rows are ones the build did not use, it is rewritten with exactly those it
-did (``MemoTable``), so it never grows much beyond one catalog.
+cache instead of serving stale output. A build appends what it parsed; once a quarter of the
+memo's rows are ones the build did not use, it is rewritten with exactly those it did
+(``MemoTable``), so it never grows much beyond one catalog. The chunks' memo is the chunk table
+itself, which keeps each chunk's document key (``DOCUMENT_KEY``, ``steps.chunk_into_table``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import pyarrow as pa
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, parse_rows
 from retrieval_assets.core.io.tables import (
-    CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
     MAX_ROW_RUNS,
     RECORD_BLOCK_ROWS,
@@ -40,7 +40,6 @@ from retrieval_assets.core.models import Chunk, document_key
 from retrieval_assets.core.settings import ChunkingSettings
 
 PARSED_FILE = "parsed_rows.parquet"
-CHUNKS_FILE = "chunks.parquet"
 
 
 def _source_hash(*parts: object) -> str:
@@ -200,26 +199,26 @@ def _keyed(records: pd.DataFrame) -> pd.DataFrame:
     return records[~records.index.duplicated()].rename_axis("key").reset_index()
 
 
-class ChunkMemo:
-    """The previous build's chunks, each row with its document's key (``doc_key``)."""
+# The chunk table's column holding each chunk's document key (``document_keys``): not one
+# readers of the chunks see, but the one the next build's chunking looks its documents up by.
+DOCUMENT_KEY = "doc_key"
 
-    def __init__(self, directory: Path, settings: ChunkingSettings) -> None:
-        self._table = MemoTable(
-            Path(directory) / CHUNKS_FILE, {**CHUNK_COLUMNS, "doc_key": "uint64"}, ["doc_key", "ordinal"], "doc_key"
-        )
-        # The chunk id scheme is part of the key: chunks remembered under another one are made again.
-        scheme = inspect.getsource(Chunk.make_id) + inspect.getsource(document_key)
-        self._salt = _source_hash(inspect.getsource(chunking), scheme, settings.model_dump_json())[:16]
 
-    def document_keys(self, documents: pd.DataFrame) -> pd.Series:
-        """One key per row of a documents frame: its cleaned fields under this chunker."""
-        hashed = pd.util.hash_pandas_object(documents[list(DOCUMENT_COLUMNS)], index=False, hash_key=self._salt)
-        return hashed.astype("uint64")
+def remove_legacy_chunk_memo(directory: Path) -> None:
+    """Delete the chunk memo builds kept before the chunk table held document keys (as large as
+    the chunk table, and read by nothing now)."""
+    for path in [Path(directory) / "chunks.parquet", *Path(directory).glob("chunks.segment-*.parquet")]:
+        path.unlink(missing_ok=True)
 
-    def previous(self) -> pd.DataFrame:
-        return self._table.read()
 
-    def save(self, fresh: pd.DataFrame, chunks: pd.DataFrame) -> None:
-        """Keep the chunks of the documents this build chunked (``fresh``; ``MemoTable``: every
-        chunk of this build, ``chunks``, now and then)."""
-        self._table.save(fresh, len(chunks), lambda: chunks)
+def chunker_tag(settings: ChunkingSettings) -> str:
+    """What the chunks a table holds were made under: the chunking code, the chunk id scheme and
+    the settings. Chunks made under another tag are made again."""
+    scheme = inspect.getsource(Chunk.make_id) + inspect.getsource(document_key)
+    return _source_hash(inspect.getsource(chunking), scheme, settings.model_dump_json())[:16]
+
+
+def document_keys(documents: pd.DataFrame, tag: str) -> np.ndarray:
+    """One key per row of a documents frame: a hash of its cleaned fields under ``tag``."""
+    hashed = pd.util.hash_pandas_object(documents[list(DOCUMENT_COLUMNS)], index=False, hash_key=tag)
+    return hashed.to_numpy(dtype=np.uint64)

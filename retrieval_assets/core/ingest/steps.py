@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from retrieval_assets.core.embed.cache import content_hash
 from retrieval_assets.core.ingest.catalog import (
@@ -45,8 +47,9 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.ingest.memo import DOCUMENT_KEY, ParsedRows, chunker_tag, document_keys
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, worth_extending
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     RECORD_BLOCK_ROWS,
@@ -340,38 +343,130 @@ def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatal
     return CleanedCatalogs(kept, quarantine, stats, receipts, superseded, tombstones)
 
 
-def chunk_frame(
-    documents: pd.DataFrame, settings: ChunkingSettings, memo: ChunkMemo | None = None
-) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The chunks of a documents frame, in document order. With a ``memo``, a document whose
-    cleaned fields are unchanged since the last build keeps its chunks instead of being chunked
-    again. Returns the chunks frame and how many documents were chunked and reused."""
-    if memo is None:
-        return _chunk_rows(documents, settings), {
-            "documents_chunked": len(documents),
-            "documents_reused": 0,
-        }
-    keys = memo.document_keys(documents).to_numpy()
-    previous = memo.previous()
-    known = pd.Series(keys).isin(previous["doc_key"]).to_numpy()
-    changed = rows_where(documents, ~known)
-    fresh = _chunk_rows(changed, settings)
-    # The changed documents' keys only: a map of every document's took 1.9 s at 1M.
-    pairs = zip(changed["tenant_id"].tolist(), changed["doc_id"].tolist(), strict=True)
-    key_of = dict(zip(pairs, keys[~known].tolist(), strict=True))
-    fresh["doc_key"] = pd.Series(
-        [key_of[pair] for pair in zip(fresh["tenant_id"].tolist(), fresh["doc_id"].tolist(), strict=True)],
-        dtype="uint64",
-    )
-    both = pd.concat([previous, fresh], ignore_index=True) if len(previous) else fresh
+def chunk_frame(documents: pd.DataFrame, settings: ChunkingSettings) -> pd.DataFrame:
+    """The chunks of a documents frame, in document order."""
+    return _chunk_rows(documents, settings)
+
+
+@dataclass(frozen=True)
+class ChunkedTable:
+    """A build's chunk table to store, and what making it took: how many documents were chunked
+    and how many kept the last table's chunks, and how many documents have chunks."""
+
+    write: TableWrite
+    documents_chunked: int
+    documents_reused: int
+    documents: int
+
+
+def chunk_into_table(documents: pd.DataFrame, settings: ChunkingSettings, last: PartedTable | None) -> ChunkedTable:
+    """The chunks of a documents frame, in document order, as the table to store. A document
+    whose cleaned fields are unchanged since ``last`` (the table stored before, made under the
+    same ``chunker_tag``) keeps its chunks where they are; the others are chunked again, and only
+    their chunks are written (``core.io.parted``). Each row keeps its document's key
+    (``DOCUMENT_KEY``), which readers of the chunks do not see."""
+    tag = chunker_tag(settings)
+    keys = document_keys(documents, tag)
+    shown = tuple(CHUNK_COLUMNS)
+    previous = _chunk_keys(last, tag)
+    if previous is None:
+        fresh = _keyed_chunks(documents, keys, settings)
+        return ChunkedTable(TableWrite(fresh, tag, columns=shown), len(documents), 0, _documents_of(fresh))
+    known = np.isin(keys, previous[DOCUMENT_KEY])
+    fresh = _keyed_chunks(rows_where(documents, ~known), keys[~known], settings)
+    both_keys = np.concatenate([previous[DOCUMENT_KEY], fresh[DOCUMENT_KEY].to_numpy(dtype=np.uint64)])
+    both_ordinals = np.concatenate([previous["ordinal"], fresh["ordinal"].to_numpy(dtype=np.int64)])
     # Each chunk's document's position (NaN: a document no longer there), then its ordinal.
-    document_position = pd.Series(np.arange(len(keys)), index=keys).reindex(both["doc_key"]).to_numpy()
+    document_position = pd.Series(np.arange(len(keys)), index=keys).reindex(both_keys).to_numpy()
     rows = np.flatnonzero(~np.isnan(document_position))
-    order = rows[np.lexsort((both["ordinal"].to_numpy()[rows], document_position[rows]))]
-    frame = take_rows(both, order).reset_index(drop=True)
-    memo.save(fresh, frame)
-    stats = {"documents_chunked": int((~known).sum()), "documents_reused": int(known.sum())}
-    return frame[list(CHUNK_COLUMNS)].astype(CHUNK_COLUMNS), stats
+    order = rows[np.lexsort((both_ordinals[rows], document_position[rows]))]
+    held = len(previous[DOCUMENT_KEY])
+    sources = np.where(order < held, order, -1)
+    added = take_rows(fresh, order[order >= held] - held).reset_index(drop=True)
+    documents_chunked, documents_reused = int((~known).sum()), int(known.sum())
+    count = len(np.unique(both_keys[order]))
+    if last is not None and worth_extending(last, sources):
+        return ChunkedTable(TableWrite(added, tag, last, sources, shown), documents_chunked, documents_reused, count)
+    # Too scattered to extend: the kept chunks read and written again with the new ones, in order.
+    kept = last.take(order[order < held], list(shown) + [DOCUMENT_KEY]).to_pandas() if last is not None else None
+    whole = pd.concat([kept, added], ignore_index=True) if kept is not None else added
+    place = np.argsort(np.r_[np.flatnonzero(sources >= 0), np.flatnonzero(sources < 0)], kind="stable")
+    frame = take_rows(whole.astype(fresh.dtypes.to_dict()), place).reset_index(drop=True)
+    return ChunkedTable(TableWrite(frame, tag, columns=shown), documents_chunked, documents_reused, count)
+
+
+@dataclass(frozen=True)
+class ChunkTableFacts:
+    """What the chunk checks and metadata report of a chunk table about to be stored."""
+
+    duplicate_ids: int
+    empty_texts: int
+    sections: dict[str, int]
+    head: pd.DataFrame
+
+
+def chunk_table_facts(write: TableWrite, head_rows: int = 5) -> ChunkTableFacts:
+    """Duplicate chunk ids, chunks without text, chunks by section and the first rows of the
+    table ``write`` stores: over the rows it keeps (read a column at a time from its base) and
+    those it adds, not over a frame of every chunk."""
+    ids = _stored_column(write, "chunk_id")
+    blank = pc.sum(_stored_column(write, "text", _blank)).as_py() or 0
+    counts = pc.value_counts(_stored_column(write, "section")).to_pylist()
+    first = np.arange(min(head_rows, write.rows))
+    if write.base is None or write.sources is None:
+        head = write.frame.iloc[first]
+    else:
+        chosen = write.sources[first]
+        kept = write.base.take(chosen[chosen >= 0]).to_pandas()
+        added = write.frame.iloc[: int((chosen < 0).sum())]
+        place = np.argsort(np.r_[np.flatnonzero(chosen >= 0), np.flatnonzero(chosen < 0)], kind="stable")
+        head = take_rows(pd.concat([kept, added[kept.columns]], ignore_index=True), place)
+    return ChunkTableFacts(
+        duplicate_ids=write.rows - len(pc.unique(ids)),
+        empty_texts=int(blank),
+        sections={item["values"]: item["counts"] for item in counts},
+        head=head.reset_index(drop=True),
+    )
+
+
+def _blank(texts: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Whether each text is empty or only whitespace."""
+    return pc.or_(pc.equal(pc.utf8_length(texts), 0), pc.utf8_is_space(texts))
+
+
+def _stored_column(
+    write: TableWrite, name: str, derive: Callable[[pa.ChunkedArray], pa.ChunkedArray] = lambda column: column
+) -> pa.ChunkedArray:
+    """``derive`` of a column of every row ``write`` stores, in no particular order: the base's
+    rows it keeps, then its own. Derived before the base's rows are taken: a take copies (a
+    million chunks' texts), a mask of them is small."""
+    own = derive(pa.chunked_array([pa.array(write.frame[name], type=pa.large_string())]))
+    if write.base is None or write.sources is None:
+        return own
+    kept = derive(write.base.read([name]).column(0).cast(pa.large_string()))
+    kept = kept.take(pa.array(write.sources[write.sources >= 0]))
+    return pa.chunked_array(kept.chunks + own.chunks, type=own.type)
+
+
+def _chunk_keys(last: PartedTable | None, tag: str) -> dict[str, np.ndarray] | None:
+    """The document key and ordinal of each chunk of ``last``, if made under ``tag``."""
+    if last is None or last.tag != tag:
+        return None
+    table = last.read([DOCUMENT_KEY, "ordinal"])
+    return {name: table.column(name).to_numpy() for name in (DOCUMENT_KEY, "ordinal")}
+
+
+def _keyed_chunks(documents: pd.DataFrame, keys: np.ndarray, settings: ChunkingSettings) -> pd.DataFrame:
+    """The chunks of a documents frame, each with its document's key (``keys``, one per document)."""
+    frame = _chunk_rows(documents, settings)
+    pairs = zip(documents["tenant_id"].tolist(), documents["doc_id"].tolist(), strict=True)
+    key_of = dict(zip(pairs, keys.tolist(), strict=True))
+    chunk_pairs = zip(frame["tenant_id"].tolist(), frame["doc_id"].tolist(), strict=True)
+    return frame.assign(**{DOCUMENT_KEY: pd.Series([key_of[pair] for pair in chunk_pairs], dtype="uint64")})
+
+
+def _documents_of(chunks: pd.DataFrame) -> int:
+    return int(chunks[DOCUMENT_KEY].nunique())
 
 
 def _chunk_rows(documents: pd.DataFrame, settings: ChunkingSettings) -> pd.DataFrame:

@@ -7,6 +7,9 @@ they are, and writes only the new ones to a file of their own; the manifest says
 which file make the table, in its row order. Past ``MAX_FILES`` files, a quarter of unused rows in
 them, or runs shorter than ``MIN_MEAN_RUN`` rows on average, the table is written whole again.
 
+A table may show fewer columns than its files hold: the chunk table keeps each chunk's document
+key beside it, which the next build's chunking looks up and no reader of chunks sees.
+
 A plain ``{stem}.parquet`` reads as a table of one part, so every reader takes either form.
 """
 
@@ -42,13 +45,15 @@ class PartedTable:
     """The stored rows of a table: ``pieces[i] = (file, start, stop)`` are the rows
     ``start:stop`` of ``files[file]`` (names in ``directory``), in table order. ``tag`` is what
     the writer recorded to know the rows are still valid (an encoder's fingerprint); a plain
-    file has none."""
+    file has none. ``columns`` are the ones a read returns when it names none (None: all the
+    files hold); a read that names others gets them."""
 
     directory: Path
     files: tuple[str, ...]
     pieces: np.ndarray
     file_rows: tuple[int, ...]
     tag: str | None = None
+    columns: tuple[str, ...] | None = None
 
     @property
     def rows(self) -> int:
@@ -65,12 +70,19 @@ class PartedTable:
             return self.paths[0]
         return None
 
+    def _shown(self, columns: Sequence[str] | None) -> list[str] | None:
+        """The columns a read of ``columns`` returns."""
+        if columns is not None:
+            return list(columns)
+        return list(self.columns) if self.columns is not None else None
+
     def read(self, columns: Sequence[str] | None = None) -> pa.Table:
         """Every row, ``columns`` only when given."""
+        columns = self._shown(columns)
         whole = self.whole_file
         if whole is not None:
-            return pq.read_table(whole, columns=list(columns) if columns is not None else None)
-        tables = [pq.read_table(path, columns=list(columns) if columns is not None else None) for path in self.paths]
+            return pq.read_table(whole, columns=columns)
+        tables = [pq.read_table(path, columns=columns) for path in self.paths]
         if not len(self.pieces):
             return tables[0].slice(0, 0) if tables else pa.table({})
         return pa.concat_tables([tables[file].slice(start, stop - start) for file, start, stop in self.pieces.tolist()])
@@ -78,10 +90,10 @@ class PartedTable:
     def read_pandas(self, columns: Sequence[str] | None = None, dtype_backend: str | None = None) -> pd.DataFrame:
         """``read`` as ``pd.read_parquet`` would give it (Arrow-backed columns with
         ``dtype_backend="pyarrow"``)."""
-        whole = self.whole_file
+        whole, columns = self.whole_file, self._shown(columns)
         if whole is not None:
             options = {"dtype_backend": dtype_backend} if dtype_backend else {}
-            return pd.read_parquet(whole, columns=list(columns) if columns is not None else None, **options)
+            return pd.read_parquet(whole, columns=columns, **options)
         return _to_pandas(self.read(columns), dtype_backend)
 
     def column(self, name: str) -> pa.ChunkedArray:
@@ -92,6 +104,7 @@ class PartedTable:
     ) -> pa.Table:
         """The rows whose ``column`` holds one of ``values``, in table order, decoding only the row
         groups that hold them (a delta's upserted rows lie in its newest file)."""
+        columns = self._shown(columns)
         if columns is not None and column not in columns:
             raise ValueError(f"read_where selects on {column!r}, which the columns {columns} leave out")
         wanted = pa.array(list(values), type=pa.string())
@@ -110,7 +123,7 @@ class PartedTable:
     def take(self, positions: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
         """The rows at these positions of the table, in this order, decoding only the row groups
         that hold them (a delta's chunks to encode, not a million chunks' texts: 1.4 s a step)."""
-        wanted = np.asarray(positions, dtype=np.int64)
+        wanted, columns = np.asarray(positions, dtype=np.int64), self._shown(columns)
         if wanted.size and (wanted.min() < 0 or wanted.max() >= self.rows):
             raise IndexError(f"positions out of range for a table of {self.rows} rows")
         starts = np.cumsum(np.r_[0, self.pieces[:, 2] - self.pieces[:, 1]])
@@ -147,7 +160,7 @@ class PartedTable:
     def row_slices(self, rows: int, columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """The table's rows in consecutive slices of exactly ``rows`` (the last may be shorter),
         a few row groups of each file held at a time."""
-        whole = self.whole_file
+        whole, columns = self.whole_file, self._shown(columns)
         if whole is not None:
             yield from parquet_row_slices(whole, rows, columns)
             return
@@ -229,8 +242,14 @@ def open_table(stem: Path) -> PartedTable | None:
     if manifest.is_file():
         recorded = json.loads(manifest.read_text(encoding="utf-8"))
         pieces = np.asarray(recorded["pieces"], dtype=np.int64).reshape(-1, 3)
+        shown = recorded.get("columns")
         return PartedTable(
-            stem.parent, tuple(recorded["files"]), pieces, tuple(recorded["file_rows"]), recorded.get("tag")
+            stem.parent,
+            tuple(recorded["files"]),
+            pieces,
+            tuple(recorded["file_rows"]),
+            recorded.get("tag"),
+            tuple(shown) if shown is not None else None,
         )
     plain = stem.with_name(stem.name + PLAIN_SUFFIX)
     if plain.is_file():
@@ -252,12 +271,14 @@ def table_path(path: Path) -> PartedTable:
 class TableWrite:
     """A table to store under a tag: ``frame`` whole, or, given the ``base`` table and
     ``sources`` (for each row of the new table, its position in ``base``, or -1 for the next row
-    of ``frame``), the base's rows kept in place and ``frame``'s rows added in a file of their own."""
+    of ``frame``), the base's rows kept in place and ``frame``'s rows added in a file of their own.
+    ``columns``: the ones readers see (``PartedTable.columns``), where ``frame`` holds more."""
 
     frame: pd.DataFrame
     tag: str
     base: PartedTable | None = None
     sources: np.ndarray | None = None
+    columns: tuple[str, ...] | None = None
 
     @property
     def rows(self) -> int:
@@ -281,7 +302,8 @@ class TableWrite:
             for kept in set(files) & set(self.base.files):
                 link_or_copy(self.base.directory / kept, stem.parent / kept)
         manifest = stem.with_name(stem.name + MANIFEST_SUFFIX)
-        write_json({"files": files, "file_rows": file_rows, "pieces": pieces.tolist(), "tag": self.tag}, manifest)
+        recorded = {"files": files, "file_rows": file_rows, "pieces": pieces.tolist(), "tag": self.tag}
+        write_json(recorded | ({"columns": list(self.columns)} if self.columns is not None else {}), manifest)
         keep = set(files)
         for stale in [stem.with_name(stem.name + PLAIN_SUFFIX), *stem.parent.glob(f"{stem.name}.part-*{PLAIN_SUFFIX}")]:
             if stale.name not in keep:

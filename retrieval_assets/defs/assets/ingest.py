@@ -18,10 +18,17 @@ from dagster import (
 from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.ingest.cleaning import CleaningStats
 from retrieval_assets.core.ingest.inbox import InboxOutcome
-from retrieval_assets.core.ingest.memo import ChunkMemo, ParsedRows
+from retrieval_assets.core.ingest.memo import ParsedRows, remove_legacy_chunk_memo
 from retrieval_assets.core.ingest.reasons import QuarantineReason
-from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalogs, read_raw_catalogs, source_key
-from retrieval_assets.core.io.tables import quarantine_to_frame, receipts_to_frame
+from retrieval_assets.core.ingest.steps import (
+    chunk_into_table,
+    chunk_table_facts,
+    clean_catalogs,
+    read_raw_catalogs,
+    source_key,
+)
+from retrieval_assets.core.io.parted import open_table
+from retrieval_assets.core.io.tables import CHUNK_COLUMNS, quarantine_to_frame, receipts_to_frame
 from retrieval_assets.defs.metadata import preview, source_table, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
@@ -265,34 +272,44 @@ def chunks(
     cleaned_documents: pd.DataFrame,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{tenant}/{doc_id}#{n}``;
-    documents unchanged since the last build keep their chunks (``core.ingest.memo``)."""
+    documents unchanged since the last build keep their chunks where they are, and only the others'
+    are written (``core.ingest.steps.chunk_into_table``)."""
     settings = chunking.settings()
+    last = open_table(storage.artifacts_dir.joinpath(*context.asset_key.path))
     with stopwatch() as timer:
-        frame, memo_stats = chunk_frame(cleaned_documents, settings, ChunkMemo(storage.ingest_cache_dir, settings))
-    duplicates = int(frame["chunk_id"].duplicated().sum())
-    empty = int((frame["text"].str.strip() == "").sum())
+        made = chunk_into_table(cleaned_documents, settings, last)
+        facts = chunk_table_facts(made.write)
+    remove_legacy_chunk_memo(storage.ingest_cache_dir)
+    write = made.write
+    shown = write.frame[list(CHUNK_COLUMNS)]
     return MaterializeResult(
-        value=frame,
+        value=write,
         metadata={
-            **table_metadata(frame),
-            "chunks": len(frame),
-            "documents": len(frame[["tenant_id", "doc_id"]].drop_duplicates()),  # ids are per tenant
-            **memo_stats,
+            **table_metadata(shown),
+            "dagster/row_count": MetadataValue.int(write.rows),
+            "chunks": write.rows,
+            "chunks_written": len(write.frame),
+            "kept_in_place": write.kept,
+            "documents": made.documents,
+            "documents_chunked": made.documents_chunked,
+            "documents_reused": made.documents_reused,
             "chunker": settings.kind,
             "window_words": settings.window_words,
             "overlap_words": settings.overlap_words,
-            "sections": MetadataValue.json(frame["section"].value_counts().to_dict()),
+            "sections": MetadataValue.json(facts.sections),
             "seconds": timer["seconds"],
-            "preview": preview(frame, ["chunk_id", "section", "text"]),
+            "preview": preview(facts.head, ["chunk_id", "section", "text"]),
         },
         check_results=[
             AssetCheckResult(
                 check_name="chunk_ids_unique",
-                passed=duplicates == 0,
-                metadata={"duplicates": duplicates, "chunks": len(frame)},
+                passed=facts.duplicate_ids == 0,
+                metadata={"duplicates": facts.duplicate_ids, "chunks": write.rows},
             ),
             AssetCheckResult(
-                check_name="no_empty_chunk_text", passed=empty == 0, metadata={"empty": empty, "chunks": len(frame)}
+                check_name="no_empty_chunk_text",
+                passed=facts.empty_texts == 0,
+                metadata={"empty": facts.empty_texts, "chunks": write.rows},
             ),
         ],
     )

@@ -20,7 +20,7 @@ from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow, read_raw
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows
 from retrieval_assets.core.ingest.steps import clean_catalog, read_raw_catalog
 from retrieval_assets.defs.assets.ingest import chunks, cleaned_documents, raw_catalog
-from retrieval_assets.defs.io_manager import ParquetIOManager
+from retrieval_assets.defs.io_manager import ParquetIOManager, stored_value
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 from retrieval_assets_tests import TEST_DATA
 from retrieval_assets_tests.builds import build_catalog
@@ -105,7 +105,7 @@ def test_ingestion_assets_quarantine_every_hostile_row(catalog: Path, tmp_path: 
     raw = pd.read_parquet(tmp_path / "raw_catalog.parquet")
     kept = pd.read_parquet(tmp_path / "cleaned_documents.parquet")
     quarantined = pd.read_parquet(tmp_path / "quarantined_documents.parquet")
-    chunk_frame = pd.read_parquet(tmp_path / "chunks.parquet")
+    chunk_frame = stored_value(tmp_path, "chunks")
     assert len(raw) == len(ROWS) + GOOD_PADDING == len(kept) + len(quarantined)
     expected = {line: reason for line, (_, _, reason) in enumerate(ROWS, start=1) if reason}
     assert dict(zip(quarantined["line_number"], quarantined["reason"], strict=True)) == expected

@@ -21,17 +21,21 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import ChunkMemo, MemoTable, ParsedRows
+from retrieval_assets.core.ingest.memo import MemoTable, ParsedRows
 from retrieval_assets.core.ingest.steps import (
     chunk_frame,
+    chunk_table_facts,
     clean_catalogs,
     read_raw_catalogs,
     rows_of_source,
 )
 from retrieval_assets.core.io import tables
+from retrieval_assets.core.io.parted import TableWrite, open_table
 from retrieval_assets.core.io.tables import frame_to_documents, write_parquet
+from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA
+from retrieval_assets_tests.core.ingest.chunk_tables import stored_chunks
 
 CATALOG = CatalogSource(format="beir", path=str(BUNDLED_DATA / "scifact_mini"))
 
@@ -138,7 +142,7 @@ def test_ids_live_in_a_tenants_namespace_across_catalogs_and_the_inbox(tmp_path:
     assert cleaned.by_source[str(again)].rows_kept == 0 and cleaned.by_source[str(again)].rows_quarantined == 1
     assert len(raw) == len(cleaned.documents) + len(cleaned.quarantine) + cleaned.superseded + cleaned.tombstones
 
-    chunks, _ = chunk_frame(cleaned.documents, ChunkingSettings())
+    chunks = chunk_frame(cleaned.documents, ChunkingSettings())
     assert sorted(chunks["chunk_id"]) == ["alpha/shared#0", "beta/shared#0", "gamma/shared#0"]
 
 
@@ -159,17 +163,19 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
     source = CatalogSource(format="beir", path=str(catalog))
     settings = ChunkingSettings()
 
-    def build(memo_dir: Path | None) -> tuple[pd.DataFrame, pd.DataFrame, ParsedRows | None, dict[str, int]]:
+    def build(memo_dir: Path | None) -> tuple[pd.DataFrame, pd.DataFrame, ParsedRows | None, tuple[int, int]]:
         raw = read_raw_catalogs({"main": source})[0]
         memo = ParsedRows(memo_dir) if memo_dir else None
         cleaned = clean_catalogs(raw, [source], memo)
         documents = cleaned.documents
-        chunks, stats = chunk_frame(documents, settings, ChunkMemo(memo_dir, settings) if memo_dir else None)
-        return documents, chunks, memo, stats
+        if memo_dir is None:
+            return documents, chunk_frame(documents, settings), memo, (len(documents), 0)
+        chunks, made = stored_chunks(documents, settings, memo_dir)
+        return documents, chunks, memo, (made.documents_chunked, made.documents_reused)
 
     memo_dir = tmp_path / "memo"
     _, _, first_memo, first_stats = build(memo_dir)
-    assert first_memo.reused == 0 and first_stats["documents_reused"] == 0
+    assert first_memo.reused == 0 and first_stats[1] == 0
 
     corpus = catalog / "corpus.jsonl"
     lines = corpus.read_text().splitlines()
@@ -180,7 +186,7 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
 
     documents, chunks, memo, stats = build(memo_dir)
     assert memo.parsed == 2 and memo.reused == len(lines) - 3
-    assert stats == {"documents_chunked": 2, "documents_reused": len(documents) - 2}
+    assert stats == (2, len(documents) - 2)
     plain_documents, plain_chunks, _, _ = build(None)
     pd.testing.assert_frame_equal(documents, plain_documents)
     pd.testing.assert_frame_equal(chunks, plain_chunks)
@@ -189,11 +195,11 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
 def test_memo_misses_when_the_chunker_settings_change(tmp_path: Path) -> None:
     cleaned = clean_catalogs(read_raw_catalogs({"main": CATALOG})[0], [CATALOG])
     documents = cleaned.documents[:20]
-    chunk_frame(documents, ChunkingSettings(), ChunkMemo(tmp_path, ChunkingSettings()))
+    stored_chunks(documents, ChunkingSettings(), tmp_path)
     narrow = ChunkingSettings(window_words=40, overlap_words=10)
-    chunks, stats = chunk_frame(documents, narrow, ChunkMemo(tmp_path, narrow))
-    assert stats["documents_reused"] == 0
-    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, narrow)[0])
+    chunks, made = stored_chunks(documents, narrow, tmp_path)
+    assert made.documents_reused == 0
+    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, narrow))
 
 
 @pytest.mark.parametrize("bad_line", ['{"_id": "x", "text": ', "", '{"_id": "dup", "text": "again"}'])
@@ -219,7 +225,7 @@ def test_cleaning_and_chunking_a_few_rows_at_a_time_change_nothing(tmp_path: Pat
         raw = read_raw_catalogs({"main": CATALOG})[0]
         cleaned = clean_catalogs(raw, [CATALOG], ParsedRows(home) if memo else None).documents
         settings = ChunkingSettings()
-        return cleaned, chunk_frame(cleaned, settings, ChunkMemo(home, settings) if memo else None)[0]
+        return cleaned, stored_chunks(cleaned, settings, home)[0] if memo else chunk_frame(cleaned, settings)
 
     whole = build(tmp_path / "whole")
     for module in (tables, cleaning, steps):
@@ -290,28 +296,36 @@ def test_a_small_change_appends_to_the_memo_and_a_large_one_rewrites_it(tmp_path
         corpus.write_text("\n".join(lines) + "\n")
         memo = ParsedRows(home)
         documents = clean_catalogs(read_raw_catalogs({"main": source})[0], [source], memo).documents
-        return chunk_frame(documents, settings, ChunkMemo(home, settings))[0], memo, documents
+        return stored_chunks(documents, settings, home)[0], memo, documents
 
     def files() -> dict[str, int]:
         return {path.name: path.stat().st_ino for path in home.iterdir()}
 
+    def chunk_parts() -> list[str]:
+        return sorted(name for name in files() if name.startswith("chunks.part-"))
+
     build(set(), 0)
     bases = files()
-    assert sorted(bases) == ["chunks.parquet", "parsed_rows.parquet"]
+    assert sorted(bases) == ["chunks.part-" + chunk_parts()[0][12:], "chunks.parts.json", "parsed_rows.parquet"]
     chunks, memo, documents = build({3, 40}, 1)
     assert memo.parsed == 2
     after = files()
-    # The bases stay as they were; each memo gained a segment of the two documents' rows.
-    assert {name: after[name] for name in bases} == bases and len(after) == 4
+    # The bases stay as they were; the parse memo gained a segment of the two documents' rows,
+    # the chunk table a file of their chunks.
+    kept = {name: inode for name, inode in bases.items() if name != "chunks.parts.json"}
+    assert {name: after[name] for name in kept} == kept and len(after) == 5
     assert len(pd.read_parquet(next(home.glob("parsed_rows.segment-*")))) == 2
-    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings)[0])
+    added = next(name for name in chunk_parts() if name not in bases)
+    assert set(pd.read_parquet(home / added)["doc_id"]) == set(documents["doc_id"].iloc[[3, 40]])
+    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings))
     # A sixth of the catalog revised, in more places than MAX_APPENDED_PLACES: appended, the
-    # memos' rows would come in too many runs to slice; both are rewritten whole, in order.
+    # memo's rows would come in too many runs to slice, and the chunk table's runs would be
+    # short; both are rewritten whole, in order.
     chunks, memo, documents = build(set(range(0, len(records), 6)), 2)
     assert memo.reused == len(records) - len(range(0, len(records), 6))
-    assert sorted(files()) == ["chunks.parquet", "parsed_rows.parquet"]
+    assert len(chunk_parts()) == 1 and sorted(files()) == [*chunk_parts(), "chunks.parts.json", "parsed_rows.parquet"]
     assert len(pd.read_parquet(home / "parsed_rows.parquet")) == len(records)
-    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings)[0])
+    pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings))
 
 
 def test_memo_rows_two_files_hold_are_read_once_and_stale_rows_are_dropped(tmp_path: Path) -> None:
@@ -336,3 +350,23 @@ def test_row_keys_hash_the_salt_the_error_flag_and_the_text(dtype) -> None:
         for text, error in zip(texts, raw["utf8_error"], strict=True)
     ]
     assert list(memo_module._row_keys(raw, "salt")) == expected
+
+
+def test_chunk_table_facts_count_over_kept_and_added_rows(tmp_path: Path) -> None:
+    def chunk(chunk_id: str, text: str, section: str = "body") -> Chunk:
+        doc_id = chunk_id.split("#")[0]
+        return Chunk(chunk_id=f"default/{chunk_id}", doc_id=doc_id, ordinal=0, section=section, text=text)
+
+    stem = tmp_path / "chunks"
+    TableWrite(tables.chunks_to_frame([chunk("a#0", "one"), chunk("b#0", "  \n"), chunk("c#0", "three")]), "t").write(
+        stem
+    )
+    base = open_table(stem)
+    assert base is not None
+    # Keeps a (first) and b (blank), drops c, adds a second a#0 and an abstract.
+    added = tables.chunks_to_frame([chunk("a#0", "again"), chunk("d#0", "four", "abstract")])
+    facts = chunk_table_facts(TableWrite(added, "t", base, np.array([0, -1, 1, -1])))
+    assert (facts.duplicate_ids, facts.empty_texts) == (1, 1)
+    assert facts.sections == {"body": 3, "abstract": 1}
+    assert facts.head["chunk_id"].tolist() == ["default/a#0", "default/a#0", "default/b#0", "default/d#0"]
+    assert facts.head["text"].tolist() == ["one", "again", "  \n", "four"]

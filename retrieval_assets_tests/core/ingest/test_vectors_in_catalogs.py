@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 
 from retrieval_assets.core.index.build import chunk_table
 from retrieval_assets.core.ingest.catalog import CatalogSource
-from retrieval_assets.core.ingest.memo import ChunkMemo
 from retrieval_assets.core.ingest.reasons import QuarantineReason
 from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalog, read_raw_catalog
 from retrieval_assets.core.io.tables import chunk_payloads, documents_to_frame, frame_to_chunks
 from retrieval_assets.core.models import Document
 from retrieval_assets.core.settings import ChunkingSettings
+from retrieval_assets_tests.core.ingest.chunk_tables import stored_chunks
 
 MODEL = "BAAI/bge-small-en-v1.5"
 OTHER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -141,7 +141,7 @@ def test_vectors_reach_one_chunk_documents_only_and_never_a_payload(tmp_path: Pa
     plain = Document(doc_id="plain", text="No vector.")
     settings = ChunkingSettings(kind="sliding_window", window_words=25, overlap_words=0)
     documents = documents_to_frame([short, long, plain])
-    chunks, _ = chunk_frame(documents, settings)
+    chunks = chunk_frame(documents, settings)
 
     by_doc = {doc_id: group for doc_id, group in chunks.groupby("doc_id")}
     assert json.loads(by_doc["short"]["vectors"].iloc[0]) == {MODEL: [1.0, 2.0]}
@@ -151,11 +151,10 @@ def test_vectors_reach_one_chunk_documents_only_and_never_a_payload(tmp_path: Pa
     assert all("vectors" not in payload for payload in chunk_payloads(chunks))
 
     # The chunk memo keys a document by its vectors too: a new vector with the same text reaches its chunk.
-    memo = ChunkMemo(tmp_path / "memo", settings)
-    chunk_frame(documents, settings, memo)
+    stored_chunks(documents, settings, tmp_path / "memo")
     changed = documents_to_frame([short.model_copy(update={"vectors": {MODEL: [5.0, 6.0]}}), long, plain])
-    again, stats = chunk_frame(changed, settings, memo)
-    assert stats == {"documents_chunked": 1, "documents_reused": 2}
+    again, made = stored_chunks(changed, settings, tmp_path / "memo")
+    assert (made.documents_chunked, made.documents_reused) == (1, 2)
     assert json.loads(again.loc[again["doc_id"] == "short", "vectors"].iloc[0]) == {MODEL: [5.0, 6.0]}
     # ... and its row changes, so a delta build re-indexes that chunk (and only that one).
     before, after = chunk_table(chunks), chunk_table(again)

@@ -131,3 +131,23 @@ def test_a_table_extended_into_another_folder_links_the_files_it_keeps(tmp_path:
     assert table.read(["chunk_id"]).column(0).to_pylist() == [*ids, "c-new"]
     (base,) = (tmp_path / "old").glob("*.part-*")
     assert (tmp_path / "new" / base.name).stat().st_ino == base.stat().st_ino
+
+
+def test_columns_a_table_shows_are_read_unless_others_are_named(stem: Path) -> None:
+    ids = ["c1", "c2", "c3"]
+    TableWrite(_frame(ids), "tag", columns=("chunk_id", "content_hash")).write(stem)
+    base = open_table(stem)
+    assert base is not None and base.columns == ("chunk_id", "content_hash")
+    assert base.read().column_names == ["chunk_id", "content_hash"]
+    assert list(base.read_pandas().columns) == ["chunk_id", "content_hash"]
+    assert base.read(["embedding"]).num_rows == 3
+    # Extended, the table keeps showing the same columns, whatever part a row lies in.
+    write = _extend(stem, _frame(["c1", "c9", "c3"]))
+    TableWrite(write.frame, "tag", write.base, write.sources, ("chunk_id",)).write(stem)
+    extended = open_table(stem)
+    assert extended is not None and len(extended.files) == 2
+    assert extended.read().column_names == ["chunk_id"]
+    assert extended.take([1, 0]).to_pydict() == {"chunk_id": ["c9", "c1"]}
+    assert extended.read_where("chunk_id", {"c3"}).to_pydict() == {"chunk_id": ["c3"]}
+    assert [part.num_rows for part in extended.row_slices(2)] == [2, 1]
+    assert extended.read_pandas(["chunk_id", "content_hash"])["content_hash"].tolist() == ["c1-a", "c9-a", "c3-a"]
