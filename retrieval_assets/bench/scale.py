@@ -185,7 +185,7 @@ def _base_vectors(records: Sequence[dict[str, Any]], workdir: Path, build: dict[
     _write_jsonl(corpus / "corpus.jsonl", records)
     resources = _resources(workdir / "home", _beir(corpus), build)
     outcome = sealed(build_index(resources))
-    chunks = pd.read_parquet(materialized(outcome.run, "chunks")["path"], columns=["chunk_id", "doc_id", "ordinal"])
+    chunks = table_path(Path(materialized(outcome.run, "chunks")["path"])).read_pandas(["chunk_id", "doc_id", "ordinal"])
     dense, sparse = (
         table_path(Path(materialized(outcome.run, name)["path"])).read_pandas()
         for name in ("dense_embeddings", "sparse_embeddings")
@@ -225,7 +225,7 @@ def discover_chunks(workdir: Path, catalog: dict[str, Any], build: dict[str, Any
     path = materialized(run, "chunks").get("path")
     if not run.success or path is None:
         raise BenchmarkError(f"ingesting the grown catalog failed (run {run.run_id}); see its log above")
-    return pd.read_parquet(path, columns=["doc_id", "ordinal", "content_hash"])
+    return table_path(Path(path)).read_pandas(["doc_id", "ordinal", "content_hash"])
 
 
 def seed_cache(home: Path, chunks: pd.DataFrame, base: BaseVectors) -> int:
@@ -330,7 +330,7 @@ def serve(
 
 def dense_recall(faiss_path: Path, query_vectors: np.ndarray, tables: dict[str, str]) -> dict[str, Any]:
     """recall@10 of the version's FAISS search against an exact scan of the same vectors."""
-    chunks = pd.read_parquet(tables["chunks"], columns=["chunk_id", "tenant_id"])
+    chunks = table_path(Path(tables["chunks"])).read_pandas(["chunk_id", "tenant_id"])
     ids = chunks["chunk_id"].to_numpy()
     matrix = dense_matrix(table_path(Path(tables["dense_embeddings"])).read_pandas(), ids.tolist())
     in_tenant = (chunks["tenant_id"] == TENANT_SOURCE).to_numpy()
