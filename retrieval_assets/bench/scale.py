@@ -185,7 +185,8 @@ def _base_vectors(records: Sequence[dict[str, Any]], workdir: Path, build: dict[
     _write_jsonl(corpus / "corpus.jsonl", records)
     resources = _resources(workdir / "home", _beir(corpus), build)
     outcome = sealed(build_index(resources))
-    chunks = table_path(Path(materialized(outcome.run, "chunks")["path"])).read_pandas(["chunk_id", "doc_id", "ordinal"])
+    chunk_table = table_path(Path(materialized(outcome.run, "chunks")["path"]))
+    chunks = chunk_table.read_pandas(["chunk_id", "doc_id", "ordinal"])
     dense, sparse = (
         table_path(Path(materialized(outcome.run, name)["path"])).read_pandas()
         for name in ("dense_embeddings", "sparse_embeddings")

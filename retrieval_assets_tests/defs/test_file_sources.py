@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from retrieval_assets.defs.io_manager import stored_value
 from retrieval_assets.defs.resources import (
     CatalogResource,
     ChunkingResource,
@@ -144,7 +144,7 @@ def test_the_anthology_data_directory_is_built_and_searched(snapshot: Path, tmp_
     outcome = _build(tmp_path / "home", CatalogResource(format="auto", path=str(snapshot)))
     cleaned = materialized(outcome.run, "cleaned_documents")
     assert outcome.documents > 0 and cleaned["quarantined/missing_abstract"] == outcome.quarantined
-    documents = pd.read_parquet(tmp_path / "home" / "artifacts" / "cleaned_documents.parquet")
+    documents = stored_value(tmp_path / "home" / "artifacts", "cleaned_documents")
     first = documents.iloc[0]
     hits = _search(tmp_path / "home", first["title"], top_k=10)
     [hit] = [hit for hit in hits if hit.doc_id == first["doc_id"]]

@@ -59,7 +59,7 @@ def test_graph_materializes_with_counts(built, tiny_beir: Path) -> None:
     assert result.success
     corpus_lines = len((tiny_beir / "corpus.jsonl").read_text().splitlines())
     raw = pd.read_parquet(storage.artifacts_dir / "raw_catalog.parquet")
-    cleaned = pd.read_parquet(storage.artifacts_dir / "cleaned_documents.parquet")
+    cleaned = stored_value(storage.artifacts_dir, "cleaned_documents")
     quarantined = pd.read_parquet(storage.artifacts_dir / "quarantined_documents.parquet")
     chunks = stored_value(storage.artifacts_dir, "chunks")
     dense = stored_value(storage.artifacts_dir, "dense_embeddings")

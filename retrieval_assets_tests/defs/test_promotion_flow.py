@@ -9,7 +9,6 @@ import shutil
 import socket
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from dagster import AssetKey, AssetSelection, DagsterInstance, MultiPartitionKey, build_sensor_context, materialize
 

@@ -46,7 +46,7 @@ import re
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import islice
@@ -624,12 +624,20 @@ def _with_consistent_vectors(parsed: pd.DataFrame) -> pd.DataFrame:
     return parsed
 
 
-def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) -> CleanedFrame:
+def clean_parsed(
+    rows: pd.DataFrame | Sequence[RawRow],
+    parsed: pd.DataFrame,
+    texts: Callable[[np.ndarray], list[str]] | None = None,
+) -> CleanedFrame:
     """Documents and quarantine records of raw rows from their parses (``parse_rows``, row for
     row). The rows are a ``RAW_ROW_COLUMNS`` frame or the ``RawRow``s themselves, which may hold
     text no Arrow string can (a lone surrogate in a document posted through the API). The first
     kept row wins an id within its tenant; later rows with that id and tenant are ``duplicate_id``
-    (ids live in a tenant's namespace: another tenant's row may hold the same id)."""
+    (ids live in a tenant's namespace: another tenant's row may hold the same id).
+
+    ``parsed`` may hold only some record columns (a memo's ``LIGHT_COLUMNS`` and a ``record``
+    column); the documents then have those columns, and ``texts`` gives the text of parses by
+    position, for a duplicate's detail."""
     if len(rows) != len(parsed):
         raise ValueError(f"{len(rows)} raw rows but {len(parsed)} parses")
     if isinstance(rows, pd.DataFrame):
@@ -648,20 +656,25 @@ def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) ->
     kept = ~rejected & ~duplicate
     # (tenant_id, doc_id) -> (line kept from, text), for duplicate details.
     first = {}
+    text_of = texts or (lambda positions: parsed["text"].iloc[positions].tolist())
+    text: dict[int, str] = {}
     if duplicate.any():
         wanted = set(parsed.loc[duplicate, "doc_id"])
-        for position in np.flatnonzero(kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool)).tolist():
+        firsts = np.flatnonzero(kept & parsed["doc_id"].isin(wanted).to_numpy(dtype=bool))
+        both = np.r_[firsts, np.flatnonzero(duplicate)]
+        text = dict(zip(both.tolist(), text_of(both), strict=True))
+        for position in firsts.tolist():
             key = (parsed.at[position, "tenant_id"], parsed.at[position, "doc_id"])
-            first[key] = (raw_row(position).line_number, parsed.at[position, "text"])
+            first[key] = (raw_row(position).line_number, text[position])
     quarantine = []
     for position in np.flatnonzero(~kept).tolist():
         row, record = raw_row(position), parsed.iloc[position]
         if rejected[position]:
             reason, detail = record["reason"], record["detail"]
         else:
-            line, text = first[record["tenant_id"], record["doc_id"]]
+            line, first_text = first[record["tenant_id"], record["doc_id"]]
             reason = QuarantineReason.DUPLICATE_ID.value
-            same = "identical" if text == record["text"] else "different"
+            same = "identical" if first_text == text[position] else "different"
             detail = f"id already kept from line {line}; text is {same}"
         quarantine.append(
             QuarantineRecord(
@@ -680,7 +693,9 @@ def clean_parsed(rows: pd.DataFrame | Sequence[RawRow], parsed: pd.DataFrame) ->
         rows_quarantined=len(quarantine),
         by_reason={reason.value: counts.get(reason.value, 0) for reason in QuarantineReason},
     )
-    documents = parsed.loc[kept, list(DOCUMENT_COLUMNS)].reset_index(drop=True).astype(DOCUMENT_COLUMNS)
+    columns = [name for name in parsed.columns if name in DOCUMENT_COLUMNS or name not in PARSE_COLUMNS]
+    typed = {name: DOCUMENT_COLUMNS[name] for name in columns if name in DOCUMENT_COLUMNS}
+    documents = parsed.loc[kept, columns].reset_index(drop=True).astype(typed)
     return CleanedFrame(documents=documents, quarantine=quarantine, stats=stats)
 
 

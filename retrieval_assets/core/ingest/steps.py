@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -47,7 +47,7 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import DOCUMENT_KEY, ParsedRows, chunker_tag, document_keys
+from retrieval_assets.core.ingest.memo import DOCUMENT_KEY, RECORD, ParsedRows, chunker_tag, document_keys
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, worth_extending
 from retrieval_assets.core.io.tables import (
@@ -145,6 +145,16 @@ class CleanedCatalogs:
     tombstones: int = 0
     # Each catalog source's own cleaning stats, by ``source_key`` (the inbox's are in ``receipts``).
     by_source: dict[str, CleaningStats] = field(default_factory=dict)
+    # With a memo: the cleaned documents table to store (``ParsedRows.documents``).
+    table: TableWrite | None = None
+
+
+def _stored(cleaned: CleanedCatalogs, memo: ParsedRows | None) -> CleanedCatalogs:
+    """``cleaned`` with the table of its documents, once the memo's records are saved."""
+    if memo is None:
+        return cleaned
+    memo.save()
+    return replace(cleaned, table=memo.documents(cleaned.documents))
 
 
 def _clean_source(raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, memo: ParsedRows | None) -> CleanedFrame:
@@ -152,10 +162,10 @@ def _clean_source(raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, memo: Pa
     ``memo``, rows parsed by the last build are not parsed again."""
     limit = DOCUMENT_MAX_TEXT_CHARS if fmt == "document" else DEFAULT_MAX_TEXT_CHARS
     if memo is None:
-        parsed = parse_rows(frame_to_raw_rows(raw), fmt, tenant_id, limit)
-    else:
-        parsed = memo.parse(raw, fmt, tenant_id, limit)
-    return clean_parsed(raw, parsed)
+        return clean_parsed(raw, parse_rows(frame_to_raw_rows(raw), fmt, tenant_id, limit))
+    parsed = memo.parse(raw, fmt, tenant_id, limit)
+    records = parsed[RECORD].to_numpy()
+    return clean_parsed(raw, parsed, lambda positions: memo.texts(records[positions]))
 
 
 def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
@@ -181,7 +191,10 @@ def clean_catalogs(
 ) -> CleanedCatalogs:
     """Each catalog's rows cleaned with its own format and tenant, the results concatenated (an id
     an earlier catalog of the same tenant holds is ``duplicate_id``), then the inbox's entries
-    applied on top, in the order they were accepted."""
+    applied on top, in the order they were accepted.
+
+    With a ``memo``, the documents are each one's id, tenant and record in the memo (``ParsedRows``),
+    and ``table`` is the cleaned documents table to store, made of those records."""
     results, inbox_rows, keys = [], [], []
     for source in sources:
         key = source_key(source)
@@ -191,21 +204,20 @@ def clean_catalogs(
         else:
             results.append(_clean_source(rows, record_format(source), source.tenant_id, memo))
             keys.append(key)
-    if memo is not None:
-        memo.save()
     claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
     if len(raw) != claimed:
         raise ValueError(f"{len(raw) - claimed} raw rows come from no configured source: re-materialize raw_catalog")
     results = _without_repeated_ids(results, keys)
     by_source = {key: result.stats for key, result in zip(keys, results, strict=True)}
     frames = [r.documents for r in results]
-    documents = pd.concat(frames, ignore_index=True) if frames else documents_to_frame([])
+    none = documents_to_frame([]) if memo is None else memo.add(documents_to_frame([]))
+    documents = pd.concat(frames, ignore_index=True) if frames else none
     quarantine = [q for r in results for q in r.quarantine]
     stats = CleaningStats.combine(r.stats for r in results)
     if not inbox_rows:
-        return CleanedCatalogs(documents, quarantine, stats, by_source=by_source)
-    applied = apply_inbox(documents, (row for rows in inbox_rows for row in frame_to_raw_rows(rows)))
-    return CleanedCatalogs(
+        return _stored(CleanedCatalogs(documents, quarantine, stats, by_source=by_source), memo)
+    applied = apply_inbox(documents, (row for rows in inbox_rows for row in frame_to_raw_rows(rows)), memo)
+    cleaned = CleanedCatalogs(
         applied.documents,
         quarantine + applied.quarantine,
         CleaningStats.combine([stats, applied.stats]),
@@ -214,6 +226,7 @@ def clean_catalogs(
         applied.tombstones,
         by_source,
     )
+    return _stored(cleaned, memo)
 
 
 def _without_repeated_ids(results: Sequence[CleanedFrame], keys: Sequence[str]) -> list[CleanedFrame]:
@@ -258,8 +271,9 @@ def _without_repeated_ids(results: Sequence[CleanedFrame], keys: Sequence[str]) 
     return kept
 
 
-def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatalogs:
-    """``documents`` (a ``DOCUMENT_COLUMNS`` frame) with the inbox entries in ``rows`` applied in order.
+def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow], memo: ParsedRows | None = None) -> CleanedCatalogs:
+    """``documents`` (a ``DOCUMENT_COLUMNS`` frame, or with a ``memo`` the form its ``parse``
+    gives) with the inbox entries in ``rows`` applied in order.
 
     An upsert's record is cleaned again with its format's rules (as the catalog's rows are);
     one that fails is quarantined and its receipt ``rejected``. An upsert replaces the
@@ -329,7 +343,8 @@ def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow]) -> CleanedCatal
     base = documents.reset_index(drop=True)
     unchanged = base.drop(index=[p for p in slots if p < len(base)])
     placed = [(p, doc) for p, doc in sorted(slots.items()) if doc is not None]
-    changed = documents_to_frame(doc for _, doc in placed).set_axis([p for p, _ in placed])
+    changed = documents_to_frame(doc for _, doc in placed)
+    changed = (changed if memo is None else memo.add(changed)).set_axis([p for p, _ in placed])
     kept = pd.concat([unchanged, changed]).sort_index().reset_index(drop=True)
     counts = {reason.value: 0 for reason in QuarantineReason}
     for record in quarantine:
@@ -412,20 +427,11 @@ def chunk_table_facts(write: TableWrite, head_rows: int = 5) -> ChunkTableFacts:
     ids = _stored_column(write, "chunk_id")
     blank = pc.sum(_stored_column(write, "text", _blank)).as_py() or 0
     counts = pc.value_counts(_stored_column(write, "section")).to_pylist()
-    first = np.arange(min(head_rows, write.rows))
-    if write.base is None or write.sources is None:
-        head = write.frame.iloc[first]
-    else:
-        chosen = write.sources[first]
-        kept = write.base.take(chosen[chosen >= 0]).to_pandas()
-        added = write.frame.iloc[: int((chosen < 0).sum())]
-        place = np.argsort(np.r_[np.flatnonzero(chosen >= 0), np.flatnonzero(chosen < 0)], kind="stable")
-        head = take_rows(pd.concat([kept, added[kept.columns]], ignore_index=True), place)
     return ChunkTableFacts(
         duplicate_ids=write.rows - len(pc.unique(ids)),
         empty_texts=int(blank),
         sections={item["values"]: item["counts"] for item in counts},
-        head=head.reset_index(drop=True),
+        head=write.head(head_rows),
     )
 
 

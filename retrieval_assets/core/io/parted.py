@@ -289,6 +289,18 @@ class TableWrite:
         """Rows kept from the base table."""
         return 0 if self.sources is None else int((self.sources >= 0).sum())
 
+    def head(self, rows: int) -> pd.DataFrame:
+        """The first ``rows`` rows of the table this stores (the columns readers see)."""
+        first = np.arange(min(rows, self.rows))
+        shown = list(self.columns) if self.columns is not None else list(self.frame.columns)
+        if self.base is None or self.sources is None:
+            return self.frame.iloc[first][shown].reset_index(drop=True)
+        chosen = self.sources[first]
+        kept = self.base.take(chosen[chosen >= 0], shown).to_pandas()
+        added = self.frame.iloc[: int((chosen < 0).sum())][shown]
+        place = np.argsort(np.r_[np.flatnonzero(chosen >= 0), np.flatnonzero(chosen < 0)], kind="stable")
+        return pd.concat([kept, added], ignore_index=True).iloc[place].reset_index(drop=True)
+
     def write(self, stem: Path) -> Path:
         """Store the table at ``stem``; files no longer used by it are removed afterwards."""
         name = f"{stem.name}.part-{uuid.uuid4().hex}{PLAIN_SUFFIX}"
@@ -299,8 +311,12 @@ class TableWrite:
             if len(self.frame):
                 write_parquet(self.frame, stem.parent / name, schema=pq.read_schema(self.base.paths[0]))
             files, pieces, file_rows = _extended(self.base, self.sources, name, len(self.frame))
-            for kept in set(files) & set(self.base.files):
-                link_or_copy(self.base.directory / kept, stem.parent / kept)
+            # The base's files are this table's under this table's names: a table made of another
+            # one's files (the cleaned documents of the parse records) removes them when stale.
+            own = {kept: _part_name(stem.name, kept) for kept in set(files) & set(self.base.files)}
+            for kept, named in own.items():
+                link_or_copy(self.base.directory / kept, stem.parent / named)
+            files = [own.get(file, file) for file in files]
         manifest = stem.with_name(stem.name + MANIFEST_SUFFIX)
         recorded = {"files": files, "file_rows": file_rows, "pieces": pieces.tolist(), "tag": self.tag}
         write_json(recorded | ({"columns": list(self.columns)} if self.columns is not None else {}), manifest)
@@ -309,6 +325,14 @@ class TableWrite:
             if stale.name not in keep:
                 stale.unlink(missing_ok=True)
         return manifest
+
+
+def _part_name(stem_name: str, file: str) -> str:
+    """The name a file of another table (or a plain file) has as a part of ``stem_name``."""
+    prefix = f"{stem_name}.part-"
+    if file.startswith(prefix):
+        return file
+    return f"{prefix}{file.rsplit('.part-', 1)[-1].removesuffix(PLAIN_SUFFIX)}{PLAIN_SUFFIX}"
 
 
 def _extended(

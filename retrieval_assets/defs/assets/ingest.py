@@ -28,7 +28,7 @@ from retrieval_assets.core.ingest.steps import (
     source_key,
 )
 from retrieval_assets.core.io.parted import open_table
-from retrieval_assets.core.io.tables import CHUNK_COLUMNS, quarantine_to_frame, receipts_to_frame
+from retrieval_assets.core.io.tables import CHUNK_COLUMNS, documents_to_frame, quarantine_to_frame, receipts_to_frame
 from retrieval_assets.defs.metadata import preview, source_table, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
@@ -122,12 +122,14 @@ def cleaned_documents(
     memo, sources = ParsedRows(storage.ingest_cache_dir), catalog.sources()
     with stopwatch() as timer:
         result = clean_catalogs(raw_catalog, list(sources.values()), memo)
-    kept, quarantined = result.documents, quarantine_to_frame(result.quarantine)
+    kept, quarantined = result.table, quarantine_to_frame(result.quarantine)
     receipts = receipts_to_frame(result.receipts)
-    accounted = len(kept) + len(quarantined) + result.superseded + result.tombstones
+    if kept is None:
+        raise RuntimeError("cleaning with a memo gives the documents table to store")
+    accounted = kept.rows + len(quarantined) + result.superseded + result.tombstones
     if accounted != len(raw_catalog):
         raise RuntimeError(
-            f"row accounting broke: {len(raw_catalog)} in, {len(kept)} kept + {len(quarantined)} quarantined"
+            f"row accounting broke: {len(raw_catalog)} in, {kept.rows} kept + {len(quarantined)} quarantined"
             f" + {result.superseded} superseded by the inbox + {result.tombstones} inbox deletes"
         )
     per_source, unaccounted = _per_source(raw_catalog, sources, result.by_source)
@@ -139,9 +141,10 @@ def cleaned_documents(
         kept,
         output_name="cleaned_documents",
         metadata={
-            **table_metadata(kept),
+            **table_metadata(documents_to_frame([])),
+            "dagster/row_count": MetadataValue.int(kept.rows),
             "rows_in": len(raw_catalog),
-            "documents": len(kept),
+            "documents": kept.rows,
             "quarantined": len(quarantined),
             "quarantine_by_reason": MetadataValue.json(by_reason),
             **counts_by_reason,
@@ -151,7 +154,7 @@ def cleaned_documents(
             "superseded_by_inbox": result.superseded,
             "inbox_deletes": result.tombstones,
             "seconds": timer["seconds"],
-            "preview": preview(kept, ["doc_id", "title", "text"]),
+            "preview": preview(kept.head(5), ["doc_id", "title", "text"]),
         },
     )
     yield Output(
@@ -206,7 +209,7 @@ def cleaned_documents(
         metadata={"unaccounted": MetadataValue.json(unaccounted), "sources": len(per_source)},
     )
     read = "; ".join(f"{name}: {figures['rows_in']} rows read" for name, figures in per_source.items())
-    if kept.empty:
+    if not kept.rows:
         context.log.error(
             f"no documents to index: {read or 'no catalog source'}; {len(quarantined)} quarantined ({reasons}). "
             "Check the catalog's path and its include / exclude patterns"
@@ -214,9 +217,9 @@ def cleaned_documents(
     yield AssetCheckResult(
         check_name="has_documents",
         asset_key="cleaned_documents",
-        passed=not kept.empty,
-        description=f"{len(kept)} documents to index ({read or 'no catalog source'}; {len(quarantined)} quarantined)",
-        metadata={"documents": len(kept), "quarantined": len(quarantined)},
+        passed=kept.rows > 0,
+        description=f"{kept.rows} documents to index ({read or 'no catalog source'}; {len(quarantined)} quarantined)",
+        metadata={"documents": kept.rows, "quarantined": len(quarantined)},
     )
 
 

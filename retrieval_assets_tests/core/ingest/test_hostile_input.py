@@ -103,7 +103,7 @@ def test_ingestion_assets_quarantine_every_hostile_row(catalog: Path, tmp_path: 
     result = _ingest(padded, tmp_path)
     assert result.success
     raw = pd.read_parquet(tmp_path / "raw_catalog.parquet")
-    kept = pd.read_parquet(tmp_path / "cleaned_documents.parquet")
+    kept = stored_value(tmp_path, "cleaned_documents")
     quarantined = pd.read_parquet(tmp_path / "quarantined_documents.parquet")
     chunk_frame = stored_value(tmp_path, "chunks")
     assert len(raw) == len(ROWS) + GOOD_PADDING == len(kept) + len(quarantined)

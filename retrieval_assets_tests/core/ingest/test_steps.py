@@ -21,7 +21,7 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import MemoTable, ParsedRows
+from retrieval_assets.core.ingest.memo import ParsedRows
 from retrieval_assets.core.ingest.steps import (
     chunk_frame,
     chunk_table_facts,
@@ -31,11 +31,11 @@ from retrieval_assets.core.ingest.steps import (
 )
 from retrieval_assets.core.io import tables
 from retrieval_assets.core.io.parted import TableWrite, open_table
-from retrieval_assets.core.io.tables import frame_to_documents, write_parquet
+from retrieval_assets.core.io.tables import frame_to_documents
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA
-from retrieval_assets_tests.core.ingest.chunk_tables import stored_chunks
+from retrieval_assets_tests.core.ingest.stored import stored_chunks, stored_documents
 
 CATALOG = CatalogSource(format="beir", path=str(BUNDLED_DATA / "scifact_mini"))
 
@@ -167,9 +167,9 @@ def test_memo_reparses_and_rechunks_only_what_changed_with_identical_output(tmp_
         raw = read_raw_catalogs({"main": source})[0]
         memo = ParsedRows(memo_dir) if memo_dir else None
         cleaned = clean_catalogs(raw, [source], memo)
-        documents = cleaned.documents
         if memo_dir is None:
-            return documents, chunk_frame(documents, settings), memo, (len(documents), 0)
+            return cleaned.documents, chunk_frame(cleaned.documents, settings), memo, (len(cleaned.documents), 0)
+        documents = stored_documents(cleaned, memo_dir)
         chunks, made = stored_chunks(documents, settings, memo_dir)
         return documents, chunks, memo, (made.documents_chunked, made.documents_reused)
 
@@ -215,7 +215,7 @@ def test_memo_keeps_quarantine_reasons_and_duplicate_rule(tmp_path: Path, bad_li
     memo = ParsedRows(tmp_path / "memo")
     again = clean_catalogs(raw, [source], memo)
     assert memo.reused == 3 and memo.parsed == 0
-    pd.testing.assert_frame_equal(again.documents, plain.documents)
+    pd.testing.assert_frame_equal(stored_documents(again, tmp_path), plain.documents)
     assert again.quarantine == plain.quarantine
 
 
@@ -223,9 +223,12 @@ def test_memo_keeps_quarantine_reasons_and_duplicate_rule(tmp_path: Path, bad_li
 def test_cleaning_and_chunking_a_few_rows_at_a_time_change_nothing(tmp_path: Path, monkeypatch, memo: bool) -> None:
     def build(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raw = read_raw_catalogs({"main": CATALOG})[0]
-        cleaned = clean_catalogs(raw, [CATALOG], ParsedRows(home) if memo else None).documents
         settings = ChunkingSettings()
-        return cleaned, stored_chunks(cleaned, settings, home)[0] if memo else chunk_frame(cleaned, settings)
+        if not memo:
+            cleaned = clean_catalogs(raw, [CATALOG]).documents
+            return cleaned, chunk_frame(cleaned, settings)
+        cleaned = stored_documents(clean_catalogs(raw, [CATALOG], ParsedRows(home)), home)
+        return cleaned, stored_chunks(cleaned, settings, home)[0]
 
     whole = build(tmp_path / "whole")
     for module in (tables, cleaning, steps):
@@ -273,7 +276,7 @@ def test_memo_gives_rows_in_order_with_repeated_lines_whatever_it_knows(tmp_path
     again = clean_catalogs(raw, [source], memo)
     plain = clean_catalogs(raw, [source])
     assert memo.parsed == len(changed) and memo.reused == 5 - len(changed)
-    pd.testing.assert_frame_equal(again.documents, plain.documents)
+    pd.testing.assert_frame_equal(stored_documents(again, tmp_path), plain.documents)
     assert again.quarantine == plain.quarantine
     # What this build saw is what the next one finds: every row known, nothing parsed.
     last = ParsedRows(tmp_path / "memo")
@@ -285,6 +288,7 @@ def test_a_small_change_appends_to_the_memo_and_a_large_one_rewrites_it(tmp_path
     catalog = tmp_path / "catalog"
     shutil.copytree(BUNDLED_DATA / "scifact_mini", catalog)
     source, settings, home = CatalogSource(format="beir", path=str(catalog)), ChunkingSettings(), tmp_path / "memo"
+    artifacts = tmp_path / "artifacts"
     corpus = catalog / "corpus.jsonl"
     records = [json.loads(line) for line in corpus.read_text().splitlines()]
 
@@ -295,48 +299,59 @@ def test_a_small_change_appends_to_the_memo_and_a_large_one_rewrites_it(tmp_path
         ]
         corpus.write_text("\n".join(lines) + "\n")
         memo = ParsedRows(home)
-        documents = clean_catalogs(read_raw_catalogs({"main": source})[0], [source], memo).documents
-        return stored_chunks(documents, settings, home)[0], memo, documents
+        documents = stored_documents(clean_catalogs(read_raw_catalogs({"main": source})[0], [source], memo), artifacts)
+        return stored_chunks(documents, settings, artifacts)[0], memo, documents
 
-    def files() -> dict[str, int]:
-        return {path.name: path.stat().st_ino for path in home.iterdir()}
+    def parts(name: str) -> dict[str, int]:
+        table = open_table((home if name == "parsed_rows" else artifacts) / name)
+        assert table is not None
+        return {path.name: path.stat().st_ino for path in table.paths}
 
-    def chunk_parts() -> list[str]:
-        return sorted(name for name in files() if name.startswith("chunks.part-"))
+    def inodes(name: str) -> set[int]:
+        return set(parts(name).values())
 
     build(set(), 0)
-    bases = files()
-    assert sorted(bases) == ["chunks.part-" + chunk_parts()[0][12:], "chunks.parts.json", "parsed_rows.parquet"]
+    before = {name: parts(name) for name in ("parsed_rows", "cleaned_documents", "chunks")}
+    assert all(len(files) == 1 for files in before.values())
+    # The cleaned documents are the records' rows, not a copy of them.
+    assert inodes("cleaned_documents") == inodes("parsed_rows")
     chunks, memo, documents = build({3, 40}, 1)
     assert memo.parsed == 2
-    after = files()
-    # The bases stay as they were; the parse memo gained a segment of the two documents' rows,
-    # the chunk table a file of their chunks.
-    kept = {name: inode for name, inode in bases.items() if name != "chunks.parts.json"}
-    assert {name: after[name] for name in kept} == kept and len(after) == 5
-    assert len(pd.read_parquet(next(home.glob("parsed_rows.segment-*")))) == 2
-    added = next(name for name in chunk_parts() if name not in bases)
-    assert set(pd.read_parquet(home / added)["doc_id"]) == set(documents["doc_id"].iloc[[3, 40]])
+    # Each table keeps its file and gains one of the two documents' rows.
+    for name, files in before.items():
+        now = parts(name)
+        assert len(now) == 2 and {file: now[file] for file in files} == files
+    (added,) = set(parts("parsed_rows")) - set(before["parsed_rows"])
+    assert len(pd.read_parquet(home / added)) == 2
+    assert inodes("cleaned_documents") == inodes("parsed_rows")
+    (added,) = set(parts("chunks")) - set(before["chunks"])
+    assert set(pd.read_parquet(artifacts / added)["doc_id"]) == set(documents["doc_id"].iloc[[3, 40]])
     pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings))
-    # A sixth of the catalog revised, in more places than MAX_APPENDED_PLACES: appended, the
-    # memo's rows would come in too many runs to slice, and the chunk table's runs would be
-    # short; both are rewritten whole, in order.
+    # A sixth of the catalog revised: extended, the tables' runs would be short (MIN_MEAN_RUN);
+    # each is written whole, in order, and the files no table uses are gone.
     chunks, memo, documents = build(set(range(0, len(records), 6)), 2)
-    assert memo.reused == len(records) - len(range(0, len(records), 6))
-    assert len(chunk_parts()) == 1 and sorted(files()) == [*chunk_parts(), "chunks.parts.json", "parsed_rows.parquet"]
-    assert len(pd.read_parquet(home / "parsed_rows.parquet")) == len(records)
+    # Rows 3 and 40 are back as the first build had them, which the memo no longer holds.
+    assert memo.reused == len(records) - len(range(0, len(records), 6)) - 2
+    assert all(len(parts(name)) == 1 for name in before)
+    assert len(open_table(home / "parsed_rows").read()) == len(records)
+    assert len(list(home.glob("*.parquet"))) == 1 and len(list(artifacts.glob("*.parquet"))) == 2
     pd.testing.assert_frame_equal(chunks, chunk_frame(documents, settings))
 
 
-def test_memo_rows_two_files_hold_are_read_once_and_stale_rows_are_dropped(tmp_path: Path) -> None:
-    table = MemoTable(tmp_path / "memo.parquet", {"key": "string", "value": "int64"}, ["key"], "key")
-    write_parquet(pd.DataFrame({"key": ["a", "b"], "value": [1, 2]}), tmp_path / "memo.parquet")
-    write_parquet(pd.DataFrame({"key": ["b", "c"], "value": [2, 3]}), tmp_path / "memo.segment-1.parquet")
-    assert table.read()["key"].tolist() == ["a", "b", "c"]
-    # Three rows held and one made, of which the build used two: past MAX_STALE_FRACTION.
-    live = pd.DataFrame({"key": ["c", "d"], "value": [3, 4]})
-    table.save(live.iloc[1:], len(live), lambda: live)
-    assert table.segments() == [] and table.read()["key"].tolist() == ["c", "d"]
+def test_with_a_memo_the_inbox_applies_as_without(tmp_path: Path) -> None:
+    entries = [
+        _upsert("posted-1", "A new abstract about zebrafish fin regeneration."),
+        _upsert("posted-2", "Another posted abstract."),
+    ]
+    _, plain = _clean_with_inbox(tmp_path / "plain", entries)
+    _, remembered = _clean_with_inbox(tmp_path / "memo", entries, ParsedRows(tmp_path / "memo" / "cache"))
+    assert remembered.receipts == plain.receipts
+    pd.testing.assert_frame_equal(stored_documents(remembered, tmp_path / "memo"), plain.documents)
+    # Again, with every catalog row known: the posted documents are records of this build too.
+    memo = ParsedRows(tmp_path / "memo" / "cache")
+    _, again = _clean_with_inbox(tmp_path / "again", entries, memo)
+    assert memo.parsed == 0
+    pd.testing.assert_frame_equal(stored_documents(again, tmp_path / "memo"), plain.documents)
 
 
 @pytest.mark.parametrize("dtype", ["string", object])

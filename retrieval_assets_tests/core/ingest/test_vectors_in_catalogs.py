@@ -20,7 +20,7 @@ from retrieval_assets.core.ingest.steps import chunk_frame, clean_catalog, read_
 from retrieval_assets.core.io.tables import chunk_payloads, documents_to_frame, frame_to_chunks
 from retrieval_assets.core.models import Document
 from retrieval_assets.core.settings import ChunkingSettings
-from retrieval_assets_tests.core.ingest.chunk_tables import stored_chunks
+from retrieval_assets_tests.core.ingest.stored import stored_chunks
 
 MODEL = "BAAI/bge-small-en-v1.5"
 OTHER = "sentence-transformers/all-MiniLM-L6-v2"
