@@ -27,7 +27,7 @@ from retrieval_assets.core.index.points import PointTables
 from retrieval_assets.core.index.versions import IndexVersion, IndexVersions
 from retrieval_assets.core.io.files import write_json
 from retrieval_assets.core.io.parted import PartedTable
-from retrieval_assets.core.io.tables import chunk_payloads, write_parquet
+from retrieval_assets.core.io.tables import ROW_HASH, chunk_payloads, chunk_row_hashes, write_parquet
 from retrieval_assets.core.models import SparseVector, chunk_document
 from retrieval_assets.core.query.context_tokens import ContextTokenSettings, record_context_tokens
 from retrieval_assets.core.query.nl_filters import author_surnames
@@ -65,14 +65,9 @@ CHUNK_TABLE_COLUMNS = ["chunk_id", "doc_id", "row_hash"]
 
 def chunk_table(chunks: pd.DataFrame) -> pd.DataFrame:
     """Each chunk's id, document and a hash of its whole row as indexed (text, hash, metadata):
-    a version keeps it, and the next build diffs its chunks against it."""
-    without_vectors = chunks.drop(columns=["vectors"], errors="ignore")
-    hashes = pd.util.hash_pandas_object(without_vectors, index=False).to_numpy().copy()
-    # A chunk without precomputed vectors hashes as before the column existed, so upgrading
-    # renames no version; one with them changes when they do.
-    if "vectors" in chunks:
-        carried = chunks["vectors"].notna().to_numpy()
-        hashes[carried] ^= pd.util.hash_pandas_object(chunks["vectors"][carried], index=False).to_numpy()
+    a version keeps it, and the next build diffs its chunks against it. A chunks frame read with
+    its ``ROW_HASH`` column (the chunks asset keeps one) is not hashed again."""
+    hashes = chunks[ROW_HASH].to_numpy() if ROW_HASH in chunks else chunk_row_hashes(chunks)
     return pd.DataFrame(
         {"chunk_id": chunks["chunk_id"].to_numpy(), "doc_id": chunks["doc_id"].to_numpy(), "row_hash": hashes}
     )

@@ -214,6 +214,11 @@ def _empty_records() -> pd.DataFrame:
 # The chunk table's column holding each chunk's document key (``document_keys``): not one
 # readers of the chunks see, but the one the next build's chunking looks its documents up by.
 DOCUMENT_KEY = "doc_key"
+# Whether each chunk's text is empty or only whitespace, kept beside it for the chunks' check.
+BLANK_TEXT = "blank_text"
+# What a chunk table holds beside its chunks (with the row hash, ``tables.ROW_HASH``): part of
+# its tag, so that a table without one of them is made again rather than extended.
+CHUNK_TABLE_LAYOUT = "doc_key,row_hash,blank_text"
 
 
 def remove_legacy_chunk_memo(directory: Path) -> None:
@@ -227,7 +232,7 @@ def chunker_tag(settings: ChunkingSettings) -> str:
     """What the chunks a table holds were made under: the chunking code, the chunk id scheme and
     the settings. Chunks made under another tag are made again."""
     scheme = inspect.getsource(Chunk.make_id) + inspect.getsource(document_key)
-    return _source_hash(inspect.getsource(chunking), scheme, settings.model_dump_json())[:16]
+    return _source_hash(inspect.getsource(chunking), scheme, settings.model_dump_json(), CHUNK_TABLE_LAYOUT)[:16]
 
 
 def document_keys(documents: pd.DataFrame, tag: str) -> np.ndarray:

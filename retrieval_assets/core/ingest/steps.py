@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -47,12 +47,21 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import DOCUMENT_KEY, RECORD, ParsedRows, chunker_tag, document_keys
+from retrieval_assets.core.ingest.memo import (
+    BLANK_TEXT,
+    DOCUMENT_KEY,
+    RECORD,
+    ParsedRows,
+    chunker_tag,
+    document_keys,
+)
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, worth_extending
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     RECORD_BLOCK_ROWS,
+    ROW_HASH,
+    chunk_row_hashes,
     chunks_to_frame,
     documents_to_frame,
     frame_to_documents,
@@ -387,7 +396,7 @@ def chunk_into_table(documents: pd.DataFrame, settings: ChunkingSettings, last: 
     if previous is None:
         fresh = _keyed_chunks(documents, keys, settings)
         return ChunkedTable(TableWrite(fresh, tag, columns=shown), len(documents), 0, _documents_of(fresh))
-    known = np.isin(keys, previous[DOCUMENT_KEY])
+    known = pd.Index(previous[DOCUMENT_KEY]).unique().get_indexer(keys) >= 0
     fresh = _keyed_chunks(rows_where(documents, ~known), keys[~known], settings)
     both_keys = np.concatenate([previous[DOCUMENT_KEY], fresh[DOCUMENT_KEY].to_numpy(dtype=np.uint64)])
     both_ordinals = np.concatenate([previous["ordinal"], fresh["ordinal"].to_numpy(dtype=np.int64)])
@@ -399,11 +408,11 @@ def chunk_into_table(documents: pd.DataFrame, settings: ChunkingSettings, last: 
     sources = np.where(order < held, order, -1)
     added = take_rows(fresh, order[order >= held] - held).reset_index(drop=True)
     documents_chunked, documents_reused = int((~known).sum()), int(known.sum())
-    count = len(np.unique(both_keys[order]))
+    count = len(pd.unique(both_keys[order]))
     if last is not None and worth_extending(last, sources):
         return ChunkedTable(TableWrite(added, tag, last, sources, shown), documents_chunked, documents_reused, count)
     # Too scattered to extend: the kept chunks read and written again with the new ones, in order.
-    kept = last.take(order[order < held], list(shown) + [DOCUMENT_KEY]).to_pandas() if last is not None else None
+    kept = last.take(order[order < held], list(fresh.columns)).to_pandas() if last is not None else None
     whole = pd.concat([kept, added], ignore_index=True) if kept is not None else added
     place = np.argsort(np.r_[np.flatnonzero(sources >= 0), np.flatnonzero(sources < 0)], kind="stable")
     frame = take_rows(whole.astype(fresh.dtypes.to_dict()), place).reset_index(drop=True)
@@ -425,7 +434,7 @@ def chunk_table_facts(write: TableWrite, head_rows: int = 5) -> ChunkTableFacts:
     table ``write`` stores: over the rows it keeps (read a column at a time from its base) and
     those it adds, not over a frame of every chunk."""
     ids = _stored_column(write, "chunk_id")
-    blank = pc.sum(_stored_column(write, "text", _blank)).as_py() or 0
+    blank = pc.sum(_stored_column(write, BLANK_TEXT)).as_py() or 0
     counts = pc.value_counts(_stored_column(write, "section")).to_pylist()
     return ChunkTableFacts(
         duplicate_ids=write.rows - len(pc.unique(ids)),
@@ -435,22 +444,18 @@ def chunk_table_facts(write: TableWrite, head_rows: int = 5) -> ChunkTableFacts:
     )
 
 
-def _blank(texts: pa.ChunkedArray) -> pa.ChunkedArray:
+def _blank(texts: pa.Array) -> pa.Array:
     """Whether each text is empty or only whitespace."""
     return pc.or_(pc.equal(pc.utf8_length(texts), 0), pc.utf8_is_space(texts))
 
 
-def _stored_column(
-    write: TableWrite, name: str, derive: Callable[[pa.ChunkedArray], pa.ChunkedArray] = lambda column: column
-) -> pa.ChunkedArray:
-    """``derive`` of a column of every row ``write`` stores, in no particular order: the base's
-    rows it keeps, then its own. Derived before the base's rows are taken: a take copies (a
-    million chunks' texts), a mask of them is small."""
-    own = derive(pa.chunked_array([pa.array(write.frame[name], type=pa.large_string())]))
+def _stored_column(write: TableWrite, name: str) -> pa.ChunkedArray:
+    """A column of every row ``write`` stores, in no particular order: the base's rows it keeps,
+    then its own."""
+    own = pa.chunked_array([pa.array(write.frame[name])])
     if write.base is None or write.sources is None:
         return own
-    kept = derive(write.base.read([name]).column(0).cast(pa.large_string()))
-    kept = kept.take(pa.array(write.sources[write.sources >= 0]))
+    kept = write.base.read([name]).column(0).cast(own.type).take(pa.array(write.sources[write.sources >= 0]))
     return pa.chunked_array(kept.chunks + own.chunks, type=own.type)
 
 
@@ -463,12 +468,20 @@ def _chunk_keys(last: PartedTable | None, tag: str) -> dict[str, np.ndarray] | N
 
 
 def _keyed_chunks(documents: pd.DataFrame, keys: np.ndarray, settings: ChunkingSettings) -> pd.DataFrame:
-    """The chunks of a documents frame, each with its document's key (``keys``, one per document)."""
+    """The chunks of a documents frame, each with its document's key (``keys``, one per
+    document), its row hash and whether its text is blank."""
     frame = _chunk_rows(documents, settings)
     pairs = zip(documents["tenant_id"].tolist(), documents["doc_id"].tolist(), strict=True)
     key_of = dict(zip(pairs, keys.tolist(), strict=True))
     chunk_pairs = zip(frame["tenant_id"].tolist(), frame["doc_id"].tolist(), strict=True)
-    return frame.assign(**{DOCUMENT_KEY: pd.Series([key_of[pair] for pair in chunk_pairs], dtype="uint64")})
+    texts = pa.array(frame["text"], type=pa.large_string())
+    return frame.assign(
+        **{
+            DOCUMENT_KEY: pd.Series([key_of[pair] for pair in chunk_pairs], dtype="uint64"),
+            ROW_HASH: chunk_row_hashes(frame),
+            BLANK_TEXT: _blank(texts).to_numpy(zero_copy_only=False),
+        }
+    )
 
 
 def _documents_of(chunks: pd.DataFrame) -> int:

@@ -64,6 +64,11 @@ class PartedTable:
         return [self.directory / name for name in self.files]
 
     @property
+    def held_columns(self) -> list[str]:
+        """Every column its files hold, those it does not show included."""
+        return pq.read_schema(self.paths[0]).names if self.paths else []
+
+    @property
     def whole_file(self) -> Path | None:
         """The one file this table is, all of its rows in order; None for a parted table."""
         if len(self.files) == 1 and len(self.pieces) == 1 and tuple(self.pieces[0][1:]) == (0, self.file_rows[0]):

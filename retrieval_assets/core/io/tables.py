@@ -71,6 +71,22 @@ CHUNK_COLUMNS: dict[str, str] = {
 }
 
 
+# A chunk row's hash as indexed (``chunk_row_hashes``): the chunk table keeps it beside each row.
+ROW_HASH = "row_hash"
+
+
+def chunk_row_hashes(chunks: pd.DataFrame) -> np.ndarray:
+    """A hash of each chunk's whole row as indexed (``CHUNK_COLUMNS``: text, hash, metadata)."""
+    without_vectors = chunks[[name for name in CHUNK_COLUMNS if name != "vectors" and name in chunks]]
+    hashes = pd.util.hash_pandas_object(without_vectors, index=False).to_numpy().copy()
+    # A chunk without precomputed vectors hashes as before the column existed, so upgrading
+    # renames no version; one with them changes when they do.
+    if "vectors" in chunks:
+        carried = chunks["vectors"].notna().to_numpy()
+        hashes[carried] ^= pd.util.hash_pandas_object(chunks["vectors"][carried], index=False).to_numpy()
+    return hashes
+
+
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     """A frame with no rows and these columns and dtypes: what a missing memo or table reads as."""
     return pd.DataFrame({column: pd.Series([], dtype=dtype) for column, dtype in columns.items()})
@@ -187,18 +203,27 @@ def _take_column(column: pd.Series, positions: np.ndarray) -> ExtensionArray | n
     return kind(taken, dtype=array.dtype) if isinstance(array, pd.arrays.ArrowStringArray) else kind(taken)
 
 
+# Past this many chunks holding the rows to take, ``_take_chunked`` joins the chunks and takes once.
+MAX_CHUNKS_TAKEN_APART = 64
+
+
 def _take_chunked(chunked: pa.ChunkedArray, positions: np.ndarray) -> pa.ChunkedArray:
     """``chunked.take(positions)`` a chunk at a time. Arrow takes from a chunked array of strings
     by joining its chunks into one array first: a copy of the whole column per take, which a few
-    rows of a million chunks' texts paid in full (0.2 to 0.5 s each)."""
+    rows of a million chunks' texts paid in full (0.2 to 0.5 s each). Rows spread over more than
+    ``MAX_CHUNKS_TAKEN_APART`` chunks (a table a build extended reads as thousands of runs) are
+    taken after all from the joined chunks: a Python step per chunk cost more."""
     if len(positions) and (positions.min() < 0 or positions.max() >= len(chunked)):
         raise IndexError(f"positions out of bounds for {len(chunked)} rows")
     order = np.argsort(positions, kind="stable")
     ordered = positions[order]
     ends = np.cumsum([len(chunk) for chunk in chunked.chunks])
     chunk_of = np.searchsorted(ends, ordered, side="right")
+    touched = np.unique(chunk_of)
+    if len(touched) > MAX_CHUNKS_TAKEN_APART:
+        return pa.chunked_array([pa.concat_arrays(chunked.chunks).take(pa.array(positions))], type=chunked.type)
     pieces, starts = [], np.r_[0, ends[:-1]]
-    for chunk_index in np.unique(chunk_of).tolist():
+    for chunk_index in touched.tolist():
         local = ordered[chunk_of == chunk_index] - starts[chunk_index]
         pieces.append(chunked.chunk(chunk_index).take(pa.array(local)))
     taken = pa.chunked_array(pieces, type=chunked.type)

@@ -39,6 +39,8 @@ from retrieval_assets.core.index.delta import (
 )
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.index.versions import CandidateRecord
+from retrieval_assets.core.io.tables import CHUNK_COLUMNS, ROW_HASH
+from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
     IndexStorageResource,
@@ -66,17 +68,31 @@ def build_metadata(candidate: CandidateRecord) -> dict[str, str | bool]:
     return {"mode": candidate.mode, "reused_version": candidate.reused}
 
 
-@asset(group_name=GROUP, io_manager_key="parquet_io_manager", kinds={"python"})
+def _with_row_hashes(chunks: StoredTable) -> pd.DataFrame:
+    """Every chunk, with the row hash the chunks asset kept beside it where there is one."""
+    if ROW_HASH not in chunks.table.held_columns:
+        return chunks.read()
+    return chunks.read_columns([*CHUNK_COLUMNS, ROW_HASH])
+
+
+@asset(
+    group_name=GROUP,
+    io_manager_key="parquet_io_manager",
+    kinds={"python"},
+    ins={"chunks": AssetIn(metadata={"deferred": True})},
+)
 def index_candidate(
     context: AssetExecutionContext,
     storage: IndexStorageResource,
     models: ModelResource,
     build: IndexBuildResource,
-    chunks: pd.DataFrame,
+    chunks: StoredTable,
 ) -> MaterializeResult[CandidateRecord]:
     """The version this build writes, named by its fingerprint (chunks, models and index
     settings), and how: reused, as a delta from the promoted version, or in full."""
-    table = chunk_table(chunks)
+    hashed = _with_row_hashes(chunks)
+    table = chunk_table(hashed)
+    rows = hashed.drop(columns=[ROW_HASH], errors="ignore")
     fingerprint, settings_fingerprint = candidate_fingerprints(
         table,
         models.dense_encoder(),
@@ -95,9 +111,9 @@ def index_candidate(
         reason = "identical to a complete version"
     else:
         decision = decide_build(
-            chunks, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
+            rows, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
         )
-        record_decision(version, decision, chunks)
+        record_decision(version, decision, rows)
         record_candidate_chunks(version, table)
         reason, plan = decision.reason, decision.plan
     record = CandidateRecord(

@@ -21,7 +21,7 @@ from retrieval_assets.core.ingest.inbox import (
     InboxOperation,
     InboxOutcome,
 )
-from retrieval_assets.core.ingest.memo import ParsedRows
+from retrieval_assets.core.ingest.memo import BLANK_TEXT, ParsedRows
 from retrieval_assets.core.ingest.steps import (
     chunk_frame,
     chunk_table_facts,
@@ -31,7 +31,8 @@ from retrieval_assets.core.ingest.steps import (
 )
 from retrieval_assets.core.io import tables
 from retrieval_assets.core.io.parted import TableWrite, open_table
-from retrieval_assets.core.io.tables import frame_to_documents
+from retrieval_assets.core.index.build import chunk_table
+from retrieval_assets.core.io.tables import ROW_HASH, frame_to_documents
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import ChunkingSettings
 from retrieval_assets.paths import BUNDLED_DATA
@@ -372,16 +373,31 @@ def test_chunk_table_facts_count_over_kept_and_added_rows(tmp_path: Path) -> Non
         doc_id = chunk_id.split("#")[0]
         return Chunk(chunk_id=f"default/{chunk_id}", doc_id=doc_id, ordinal=0, section=section, text=text)
 
+    def frame(*chunks: Chunk) -> pd.DataFrame:
+        made = tables.chunks_to_frame(chunks)
+        return made.assign(**{BLANK_TEXT: made["text"].str.strip() == ""})
+
     stem = tmp_path / "chunks"
-    TableWrite(tables.chunks_to_frame([chunk("a#0", "one"), chunk("b#0", "  \n"), chunk("c#0", "three")]), "t").write(
-        stem
-    )
+    TableWrite(frame(chunk("a#0", "one"), chunk("b#0", "  \n"), chunk("c#0", "three")), "t").write(stem)
     base = open_table(stem)
     assert base is not None
     # Keeps a (first) and b (blank), drops c, adds a second a#0 and an abstract.
-    added = tables.chunks_to_frame([chunk("a#0", "again"), chunk("d#0", "four", "abstract")])
+    added = frame(chunk("a#0", "again"), chunk("d#0", "four", "abstract"))
     facts = chunk_table_facts(TableWrite(added, "t", base, np.array([0, -1, 1, -1])))
     assert (facts.duplicate_ids, facts.empty_texts) == (1, 1)
     assert facts.sections == {"body": 3, "abstract": 1}
     assert facts.head["chunk_id"].tolist() == ["default/a#0", "default/a#0", "default/b#0", "default/d#0"]
     assert facts.head["text"].tolist() == ["one", "again", "  \n", "four"]
+
+
+def test_the_chunk_table_keeps_each_rows_hash_and_blankness_as_made_from_the_stored_rows(tmp_path: Path) -> None:
+    documents = clean_catalogs(read_raw_catalogs({"main": CATALOG})[0], [CATALOG]).documents
+    documents.loc[3, "text"] = "   "
+    stored_chunks(documents, ChunkingSettings(), tmp_path)
+    table = open_table(tmp_path / "chunks")
+    assert table is not None and ROW_HASH not in table.read().column_names
+    held = table.read_pandas([*tables.CHUNK_COLUMNS, ROW_HASH, BLANK_TEXT])
+    visible = table.read_pandas()
+    assert np.array_equal(held[ROW_HASH].to_numpy(), tables.chunk_row_hashes(visible))
+    pd.testing.assert_frame_equal(chunk_table(held), chunk_table(visible))
+    assert held[BLANK_TEXT].tolist() == (visible["text"].str.strip() == "").tolist()

@@ -183,8 +183,10 @@ def test_tables_are_written_uncompressed_with_dictionaries_only_for_repeating_co
     assert pq.read_table(tmp_path / "t.parquet").equals(pa.Table.from_pandas(frame, preserve_index=False))
 
 
-def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_time(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("apart", [64, 2], ids=["a chunk at a time", "chunks joined"])
+def test_scattered_rows_of_a_table_read_in_row_groups_are_taken_a_chunk_at_a_time(tmp_path, monkeypatch, apart) -> None:
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 50)
+    monkeypatch.setattr(tables, "MAX_CHUNKS_TAKEN_APART", apart)
     rows = 1000
     frame = pd.DataFrame(
         {
