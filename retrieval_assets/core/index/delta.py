@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import Any, TypeVar
@@ -126,16 +126,25 @@ class DeltaPlan:
 
 @dataclass(frozen=True)
 class BuildDecision:
-    """How ``index_candidate`` builds a new version: a delta (``plan``) or in full (None), and why."""
+    """How ``index_candidate`` builds a new version: a delta (``plan``) or in full (None), and
+    why; for a delta, the chunk rows of the documents it changes, as read to decide."""
 
     reason: str
     plan: DeltaPlan | None = None
+    rows: pd.DataFrame | None = field(default=None, repr=False)
 
 
-def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | None = None) -> DeltaPlan:
-    """Compare ``chunks`` (whose ``chunk_table`` the caller may have made already) with the
-    chunk table ``base`` was sealed with."""
+# The chunk rows of these documents (a stored chunk table's ``read_where``): a decision needs
+# the changed documents' rows only, not a frame of every chunk.
+ChunkRowsOf = Callable[[Collection[str]], pd.DataFrame]
+
+
+def plan_delta(chunks: pd.DataFrame | None, base: IndexVersion, table: pd.DataFrame | None = None) -> DeltaPlan:
+    """Compare ``chunks`` (whose ``chunk_table`` the caller may have made already: then
+    ``chunks`` may be None) with the chunk table ``base`` was sealed with."""
     before = pd.read_parquet(base.layout.chunks)
+    if table is None and chunks is None:
+        raise ValueError("plan_delta needs the chunks or their chunk table")
     current = chunk_table(chunks) if table is None else table
     ids_before = pd.Index(before["chunk_id"].astype(object))
     position = ids_before.get_indexer(current["chunk_id"].astype(object))
@@ -153,7 +162,7 @@ def plan_delta(chunks: pd.DataFrame, base: IndexVersion, table: pd.DataFrame | N
         deleted=tuple(deleted),
         documents=tuple(sorted(documents)),
         base_chunks=len(before),
-        candidate_chunks=len(chunks),
+        candidate_chunks=len(current),
     )
 
 
@@ -169,7 +178,7 @@ def has_unqualified_chunk_ids(base: IndexVersion) -> bool:
 
 
 def decide_build(
-    chunks: pd.DataFrame,
+    chunks: pd.DataFrame | ChunkRowsOf,
     settings_fingerprint: str,
     base: IndexVersion | None,
     max_changed_fraction: float,
@@ -178,7 +187,9 @@ def decide_build(
 ) -> BuildDecision:
     """A delta from ``base`` (the promoted version) when it is possible and the change is small
     enough; otherwise a full build, with the reason. ``table``: the ``chunk_table`` of ``chunks``
-    when the caller has it."""
+    when the caller has it; given it, ``chunks`` may be the ``ChunkRowsOf`` them instead."""
+    if callable(chunks) and table is None:
+        raise ValueError("decide_build reads chunk rows by document only beside their chunk table")
     if max_changed_fraction <= 0:
         return BuildDecision("delta builds are off (delta_max_changed_fraction = 0)")
     if base is None:
@@ -203,16 +214,20 @@ def decide_build(
             f"the promoted version {base.id} predates chunk ids qualified by tenant ({{doc_id}}#{{n}}): "
             "every chunk id changes, so the candidate is built in full"
         )
-    plan = plan_delta(chunks, base, table)
+    plan = plan_delta(None if callable(chunks) else chunks, base, table)
     changed = len(plan.upserted) + len(plan.deleted)
     if plan.changed_fraction > max_changed_fraction:
         return BuildDecision(
             f"{changed} of {max(plan.base_chunks, plan.candidate_chunks)} chunks changed "
             f"({plan.changed_fraction:.1%}), above delta_max_changed_fraction {max_changed_fraction:.1%}"
         )
+    if callable(chunks):
+        rows = chunks(plan.documents)
+    else:
+        rows = rows_where(chunks, _holding(chunks["doc_id"], plan.documents))
     _, base_qdrant = read_manifest(base.layout.qdrant, QdrantEdgeStore.backend)
     fields_before = base_qdrant["field_types"]
-    fields_now = validate_field_types(field_types_from_kinds(delta_field_kinds(base, chunks, plan, context)))
+    fields_now = validate_field_types(field_types_from_kinds(delta_field_kinds(base, rows, plan, context)))
     if fields_now != fields_before:
         changes = sorted(
             f"{field}: {fields_before.get(field, 'absent')} -> {fields_now.get(field, 'absent')}"
@@ -224,19 +239,22 @@ def decide_build(
         f"delta from {base.id}: {len(plan.upserted)} chunks upserted, {len(plan.deleted)} deleted "
         f"({plan.changed_fraction:.2%} of the chunks, {len(plan.documents)} documents)",
         plan,
+        rows,
     )
 
 
-def record_decision(candidate: IndexVersion, decision: BuildDecision, chunks: pd.DataFrame) -> None:
+def record_decision(candidate: IndexVersion, decision: BuildDecision) -> None:
     """Write the plan into the candidate (or remove a stale one): the index steps read it, and
-    pruning spares its base until the candidate is sealed. Beside it, the ``chunks`` rows of the
+    pruning spares its base until the candidate is sealed. Beside it, the chunk rows of the
     documents it changes (``Delta.chunk_rows``)."""
     layout = candidate.layout
     if decision.plan is None:
         layout.delta_plan.unlink(missing_ok=True)
         layout.delta_chunks.unlink(missing_ok=True)
         return
-    write_parquet(rows_where(chunks, _holding(chunks["doc_id"], decision.plan.documents)), layout.delta_chunks)
+    if decision.rows is None:
+        raise ValueError("a delta decision carries the chunk rows of the documents it changes")
+    write_parquet(decision.rows, layout.delta_chunks)
     write_json({**asdict(decision.plan), "reason": decision.reason}, layout.delta_plan)
 
 

@@ -39,7 +39,7 @@ from retrieval_assets.core.index.delta import (
 )
 from retrieval_assets.core.index.layout import IndexLayout
 from retrieval_assets.core.index.versions import CandidateRecord
-from retrieval_assets.core.io.tables import CHUNK_COLUMNS, ROW_HASH
+from retrieval_assets.core.io.tables import ROW_HASH
 from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.resources import (
     IndexBuildResource,
@@ -68,11 +68,12 @@ def build_metadata(candidate: CandidateRecord) -> dict[str, str | bool]:
     return {"mode": candidate.mode, "reused_version": candidate.reused}
 
 
-def _with_row_hashes(chunks: StoredTable) -> pd.DataFrame:
-    """Every chunk, with the row hash the chunks asset kept beside it where there is one."""
+def _chunk_table(chunks: StoredTable) -> pd.DataFrame:
+    """The ``chunk_table`` of the stored chunks: from the row hashes the chunks asset keeps
+    beside them, else (a table stored before it did) hashed from every row."""
     if ROW_HASH not in chunks.table.held_columns:
-        return chunks.read()
-    return chunks.read_columns([*CHUNK_COLUMNS, ROW_HASH])
+        return chunk_table(chunks.read())
+    return chunk_table(chunks.read_columns(["chunk_id", "doc_id", ROW_HASH]))
 
 
 @asset(
@@ -90,9 +91,7 @@ def index_candidate(
 ) -> MaterializeResult[CandidateRecord]:
     """The version this build writes, named by its fingerprint (chunks, models and index
     settings), and how: reused, as a delta from the promoted version, or in full."""
-    hashed = _with_row_hashes(chunks)
-    table = chunk_table(hashed)
-    rows = hashed.drop(columns=[ROW_HASH], errors="ignore")
+    table = _chunk_table(chunks)
     fingerprint, settings_fingerprint = candidate_fingerprints(
         table,
         models.dense_encoder(),
@@ -111,9 +110,14 @@ def index_candidate(
         reason = "identical to a complete version"
     else:
         decision = decide_build(
-            rows, settings_fingerprint, promoted, build.delta_max_changed_fraction, build.context_tokens, table
+            lambda documents: chunks.read_where("doc_id", documents),
+            settings_fingerprint,
+            promoted,
+            build.delta_max_changed_fraction,
+            build.context_tokens,
+            table,
         )
-        record_decision(version, decision, rows)
+        record_decision(version, decision)
         record_candidate_chunks(version, table)
         reason, plan = decision.reason, decision.plan
     record = CandidateRecord(

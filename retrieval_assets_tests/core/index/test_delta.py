@@ -4,6 +4,7 @@ updates; pruning never removes the version an unfinished delta copies from."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -265,11 +266,11 @@ def test_prune_spares_the_base_of_an_unfinished_delta(tmp_path: Path) -> None:
     changed = _chunks({"d0": {"text": "In progress."}})
     candidate = versions.candidate(build_fingerprint(chunk_table(changed), settings=SETTINGS))
     decision = decide_build(changed, SETTINGS, old, 0.5)
-    record_decision(candidate, decision, changed)
+    record_decision(candidate, decision)
     assert candidate.delta_base == old.id
     assert versions.prune(keep=1) == [newer[0].id, newer[1].id] and old.sealed
     # A full build (or a sealed candidate) protects nothing.
-    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5), changed)
+    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5))
     assert candidate.delta_base is None and versions.prune(keep=1) == [old.id]
 
 
@@ -462,7 +463,7 @@ def test_a_delta_sets_aside_its_documents_chunk_rows_which_its_steps_read_instea
     candidate = versions.candidate(build_fingerprint(chunk_table(changed), settings=SETTINGS))
     decision = decide_build(changed, SETTINGS, base, 0.5)
     assert decision.plan is not None
-    record_decision(candidate, decision, changed)
+    record_decision(candidate, decision)
     stored = _stored_chunks(changed, tmp_path / "stored")[1]
     delta = Delta(base, decision.plan, candidate.layout.delta_chunks)
     # The changed documents' rows (d2 is gone: none), as the table holds them, read without it.
@@ -476,5 +477,28 @@ def test_a_delta_sets_aside_its_documents_chunk_rows_which_its_steps_read_instea
     pd.testing.assert_frame_equal(delta.chunk_rows(stored), expected)
     # A full build leaves no rows behind.
     candidate.layout.delta_chunks.touch()
-    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5), changed)
+    record_decision(candidate, decide_build(changed, SETTINGS, None, 0.5))
     assert not candidate.layout.delta_chunks.exists()
+
+
+def test_a_decision_from_the_chunk_table_reads_only_the_changed_documents_rows(tmp_path: Path) -> None:
+    versions = IndexVersions(tmp_path / "indexes")
+    base = _sealed_version(versions, _chunks())
+    changed = _chunks({"d1": {"text": "A new description."}}, drop=("d2",), add=1)
+    stored = _stored_chunks(changed, tmp_path / "stored")[1]
+    asked: list[tuple[str, ...]] = []
+
+    def rows_of(documents: Collection[str]) -> pd.DataFrame:
+        asked.append(tuple(documents))
+        return stored.read_where("doc_id", documents).to_pandas()
+
+    from_frame = decide_build(changed, SETTINGS, base, 0.5)
+    from_table = decide_build(rows_of, SETTINGS, base, 0.5, table=chunk_table(changed))
+    assert from_table.plan == from_frame.plan and asked == [from_frame.plan.documents]
+    assert from_table.rows is not None and from_frame.rows is not None
+    pd.testing.assert_frame_equal(
+        from_table.rows.reset_index(drop=True).astype(from_frame.rows.dtypes.to_dict()),
+        from_frame.rows.reset_index(drop=True),
+    )
+    with pytest.raises(ValueError, match="chunk table"):
+        decide_build(rows_of, SETTINGS, base, 0.5)

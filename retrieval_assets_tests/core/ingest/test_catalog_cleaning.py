@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from retrieval_assets.core.ingest import catalog as catalog_module
 from retrieval_assets.core.ingest.catalog import (
     LINE_BLOCK_BYTES,
     CatalogError,
@@ -402,9 +403,13 @@ def _lines_as_python_reads_them(path: Path) -> list[tuple[int, str, bool]]:
     return rows
 
 
+@pytest.mark.parametrize("searched", [1, 10**6], ids=["newlines searched for", "every byte compared"])
 @pytest.mark.parametrize("block_bytes", [1, 2, 5, 13, LINE_BLOCK_BYTES])
 @pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
-def test_line_blocks_split_lines_as_a_file_iterates_them(tmp_path: Path, block_bytes: int, ending: bytes) -> None:
+def test_line_blocks_split_lines_as_a_file_iterates_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int, ending: bytes, searched: int
+) -> None:
+    monkeypatch.setattr(catalog_module, "SEARCHED_LINE_BYTES", searched)
     # Blank lines, CR LF and stray CRs, multi-byte characters across block edges, bad bytes in one block.
     lines = [b'{"id": "\xc3\xa9t\xc3\xa9"}\r', b"", b"\r\r", b"  ", b'{"x": "\xe2\x82\xac\xff"}', b"{}" + ending]
     content = codecs.BOM_UTF8 + b"\n".join(lines)

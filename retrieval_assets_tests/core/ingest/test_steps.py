@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from retrieval_assets.core.index.build import chunk_table
 from retrieval_assets.core.ingest import cleaning, steps
 from retrieval_assets.core.ingest import memo as memo_module
 from retrieval_assets.core.ingest.catalog import CatalogSource, RawRow
@@ -31,7 +32,6 @@ from retrieval_assets.core.ingest.steps import (
 )
 from retrieval_assets.core.io import tables
 from retrieval_assets.core.io.parted import TableWrite, open_table
-from retrieval_assets.core.index.build import chunk_table
 from retrieval_assets.core.io.tables import ROW_HASH, frame_to_documents
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import ChunkingSettings
