@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -50,10 +50,13 @@ from retrieval_assets.core.ingest.inbox import (
 from retrieval_assets.core.ingest.memo import (
     BLANK_TEXT,
     DOCUMENT_KEY,
+    KEY,
     RECORD,
     ParsedRows,
     chunker_tag,
     document_keys,
+    documents_at,
+    stored_document_keys,
 )
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, worth_extending
@@ -68,7 +71,6 @@ from retrieval_assets.core.io.tables import (
     frame_to_raw_rows,
     line_blocks_to_frame,
     raw_rows_to_frame,
-    rows_where,
     take_rows,
 )
 from retrieval_assets.core.models import Chunk, Document, QuarantineRecord
@@ -383,21 +385,24 @@ class ChunkedTable:
     documents: int
 
 
-def chunk_into_table(documents: pd.DataFrame, settings: ChunkingSettings, last: PartedTable | None) -> ChunkedTable:
-    """The chunks of a documents frame, in document order, as the table to store. A document
-    whose cleaned fields are unchanged since ``last`` (the table stored before, made under the
-    same ``chunker_tag``) keeps its chunks where they are; the others are chunked again, and only
-    their chunks are written (``core.io.parted``). Each row keeps its document's key
-    (``DOCUMENT_KEY``), which readers of the chunks do not see."""
+def chunk_into_table(
+    documents: pd.DataFrame | PartedTable, settings: ChunkingSettings, last: PartedTable | None
+) -> ChunkedTable:
+    """The chunks of the documents (a frame, or the stored cleaned documents table), in document
+    order, as the table to store. A document whose cleaned fields are unchanged since ``last``
+    (the table stored before, made under the same ``chunker_tag``) keeps its chunks where they
+    are; the others are read, chunked again, and only their chunks are written
+    (``core.io.parted``). Each row keeps its document's key (``DOCUMENT_KEY``), which readers of
+    the chunks do not see."""
     tag = chunker_tag(settings)
-    keys = document_keys(documents, tag)
+    keys, rows_at = _documents_by_key(documents, tag)
     shown = tuple(CHUNK_COLUMNS)
     previous = _chunk_keys(last, tag)
     if previous is None:
-        fresh = _keyed_chunks(documents, keys, settings)
-        return ChunkedTable(TableWrite(fresh, tag, columns=shown), len(documents), 0, _documents_of(fresh))
+        fresh = _keyed_chunks(rows_at(np.arange(len(keys))), keys, settings)
+        return ChunkedTable(TableWrite(fresh, tag, columns=shown), len(keys), 0, _documents_of(fresh))
     known = pd.Index(previous[DOCUMENT_KEY]).unique().get_indexer(keys) >= 0
-    fresh = _keyed_chunks(rows_where(documents, ~known), keys[~known], settings)
+    fresh = _keyed_chunks(rows_at(np.flatnonzero(~known)), keys[~known], settings)
     both_keys = np.concatenate([previous[DOCUMENT_KEY], fresh[DOCUMENT_KEY].to_numpy(dtype=np.uint64)])
     both_ordinals = np.concatenate([previous["ordinal"], fresh["ordinal"].to_numpy(dtype=np.int64)])
     # Each chunk's document's position (NaN: a document no longer there), then its ordinal.
@@ -457,6 +462,18 @@ def _stored_column(write: TableWrite, name: str) -> pa.ChunkedArray:
         return own
     kept = write.base.read([name]).column(0).cast(own.type).take(pa.array(write.sources[write.sources >= 0]))
     return pa.chunked_array(kept.chunks + own.chunks, type=own.type)
+
+
+def _documents_by_key(
+    documents: pd.DataFrame | PartedTable, tag: str
+) -> tuple[np.ndarray, Callable[[np.ndarray], pd.DataFrame]]:
+    """Each document's key under ``tag``, and how to read the documents at some positions: a
+    stored table holding its records' row keys is read only where asked."""
+    if isinstance(documents, PartedTable) and KEY in documents.held_columns:
+        table = documents
+        return stored_document_keys(table, tag), lambda positions: documents_at(table, positions)
+    frame = documents.read_pandas() if isinstance(documents, PartedTable) else documents
+    return document_keys(frame, tag), lambda positions: take_rows(frame, positions).reset_index(drop=True)
 
 
 def _chunk_keys(last: PartedTable | None, tag: str) -> dict[str, np.ndarray] | None:

@@ -7,6 +7,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetIn,
     AssetOut,
     MaterializeResult,
     MetadataValue,
@@ -29,6 +30,7 @@ from retrieval_assets.core.ingest.steps import (
 )
 from retrieval_assets.core.io.parted import open_table
 from retrieval_assets.core.io.tables import CHUNK_COLUMNS, documents_to_frame, quarantine_to_frame, receipts_to_frame
+from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import preview, source_table, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
 
@@ -253,6 +255,7 @@ def _per_source(
     group_name=GROUP,
     io_manager_key="parquet_io_manager",
     kinds={"parquet"},
+    ins={"cleaned_documents": AssetIn(metadata={"deferred": True})},
     check_specs=[
         AssetCheckSpec(
             "chunk_ids_unique",
@@ -272,7 +275,7 @@ def chunks(
     context: AssetExecutionContext,
     chunking: ChunkingResource,
     storage: IndexStorageResource,
-    cleaned_documents: pd.DataFrame,
+    cleaned_documents: StoredTable,
 ):  # no return annotation: Dagster reads one as an output tuple once check_specs are present
     """Section-aware (IMRaD) or sliding-window chunks with deterministic ids ``{tenant}/{doc_id}#{n}``;
     documents unchanged since the last build keep their chunks where they are, and only the others'
@@ -280,7 +283,7 @@ def chunks(
     settings = chunking.settings()
     last = open_table(storage.artifacts_dir.joinpath(*context.asset_key.path))
     with stopwatch() as timer:
-        made = chunk_into_table(cleaned_documents, settings, last)
+        made = chunk_into_table(cleaned_documents.table, settings, last)
         facts = chunk_table_facts(made.write)
     remove_legacy_chunk_memo(storage.ingest_cache_dir)
     write = made.write

@@ -25,13 +25,14 @@ from retrieval_assets.core.ingest.inbox import (
 from retrieval_assets.core.ingest.memo import BLANK_TEXT, ParsedRows
 from retrieval_assets.core.ingest.steps import (
     chunk_frame,
+    chunk_into_table,
     chunk_table_facts,
     clean_catalogs,
     read_raw_catalogs,
     rows_of_source,
 )
 from retrieval_assets.core.io import tables
-from retrieval_assets.core.io.parted import TableWrite, open_table
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, open_table
 from retrieval_assets.core.io.tables import ROW_HASH, frame_to_documents
 from retrieval_assets.core.models import Chunk
 from retrieval_assets.core.settings import ChunkingSettings
@@ -401,3 +402,29 @@ def test_the_chunk_table_keeps_each_rows_hash_and_blankness_as_made_from_the_sto
     assert np.array_equal(held[ROW_HASH].to_numpy(), tables.chunk_row_hashes(visible))
     pd.testing.assert_frame_equal(chunk_table(held), chunk_table(visible))
     assert held[BLANK_TEXT].tolist() == (visible["text"].str.strip() == "").tolist()
+
+
+def test_chunking_the_stored_documents_reads_only_the_documents_it_chunks(tmp_path: Path, monkeypatch) -> None:
+    settings = ChunkingSettings()
+    posted = [_upsert("posted-1", "A posted abstract.")]
+    _, cleaned = _clean_with_inbox(tmp_path, posted, ParsedRows(tmp_path / "cache"))
+    documents = stored_documents(cleaned, tmp_path / "artifacts")
+    table = open_table(tmp_path / "artifacts" / "cleaned_documents")
+    assert table is not None
+    made = chunk_into_table(table, settings, None)
+    shown = made.write.frame[list(tables.CHUNK_COLUMNS)]
+    pd.testing.assert_frame_equal(shown, chunk_frame(documents, settings))
+    made.write.write(tmp_path / "artifacts" / "chunks")
+    taken: list[int] = []
+    take = PartedTable.take
+
+    def counted(self: PartedTable, positions, columns=None):
+        taken.append(len(positions))
+        return take(self, positions, columns)
+
+    monkeypatch.setattr(PartedTable, "take", counted)
+    again = chunk_into_table(table, settings, open_table(tmp_path / "artifacts" / "chunks"))
+    # Keyed by their rows' keys, the catalog's documents are not read; the posted one (no row
+    # key) is, to hash its fields; no document is read to be chunked.
+    assert (again.documents_chunked, again.documents_reused) == (0, len(documents))
+    assert taken == [1, 0]
