@@ -428,3 +428,18 @@ def test_chunking_the_stored_documents_reads_only_the_documents_it_chunks(tmp_pa
     # key) is, to hash its fields; no document is read to be chunked.
     assert (again.documents_chunked, again.documents_reused) == (0, len(documents))
     assert taken == [1, 0]
+
+
+def test_memos_kept_before_they_were_extended_tables_are_removed(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    legacy = ["parsed_rows.parquet", "parsed_rows.segment-1.parquet", "chunks.parquet", "chunks.segment-1.parquet"]
+    for name in legacy:
+        pd.DataFrame({"key": ["k"]}).to_parquet(cache / name)
+    memo = ParsedRows(cache)
+    cleaned = clean_catalogs(read_raw_catalogs({"main": CATALOG})[0], [CATALOG], memo)
+    # The old memo is no memo (parsed again), and gone once this build's records are saved.
+    assert memo.reused == 0 and cleaned.table is not None
+    memo_module.remove_legacy_chunk_memo(cache)
+    assert not any((cache / name).exists() for name in legacy)
+    assert open_table(cache / "parsed_rows") is not None
