@@ -26,14 +26,14 @@ import pyarrow.compute as pc
 
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, parse_rows
-from retrieval_assets.core.io.parted import PartedTable, TableWrite, open_table, worth_extending
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole, open_table
 from retrieval_assets.core.io.tables import (
     DOCUMENT_COLUMNS,
     RECORD_BLOCK_ROWS,
     empty_frame,
     frame_to_raw_rows,
+    interleave,
     rows_where,
-    take_rows,
 )
 from retrieval_assets.core.models import Chunk, document_key
 from retrieval_assets.core.settings import ChunkingSettings
@@ -146,10 +146,7 @@ class ParsedRows:
         if not known.any() or self._last is None:
             return fresh.reset_index(drop=True)
         kept = self._last.take(found[known], list(fresh.columns)).to_pandas().astype(fresh.dtypes.to_dict())
-        order = np.empty(len(found), dtype=np.int64)
-        order[known] = np.arange(int(known.sum()))
-        order[~known] = int(known.sum()) + np.arange(len(fresh))
-        return take_rows(pd.concat([kept, fresh], ignore_index=True), order).reset_index(drop=True)
+        return interleave(kept, fresh, known)
 
     def texts(self, records: np.ndarray) -> list[str]:
         """The text of each of these records of this build (for a duplicate id's detail)."""
@@ -171,23 +168,15 @@ class ParsedRows:
         """Store this build's records: the last build's kept in place and the new ones added, or,
         once that table would be too scattered (``worth_extending``), every record written."""
         sources, fresh = self._pending()
-        if self._last is not None and worth_extending(self._last, sources):
-            write = TableWrite(fresh, RECORDS_TAG, self._last, sources)
+        if self._last is None:
+            write = TableWrite(fresh, RECORDS_TAG)
         else:
-            write = TableWrite(self._whole(sources, fresh), RECORDS_TAG)
+            write = extended_or_whole(fresh, RECORDS_TAG, self._last, sources)
         write.write(self._stem)
         # Segments of the memo builds kept before it was one table.
         for segment in self._stem.parent.glob(f"{PARSED_STEM}.segment-*.parquet"):
             segment.unlink(missing_ok=True)
         self._saved = open_table(self._stem)
-
-    def _whole(self, sources: np.ndarray, fresh: pd.DataFrame) -> pd.DataFrame:
-        kept = sources >= 0
-        if not kept.any() or self._last is None:
-            return fresh
-        taken = self._last.take(sources[kept]).to_pandas().astype(fresh.dtypes.to_dict())
-        place = np.argsort(np.r_[np.flatnonzero(kept), np.flatnonzero(~kept)], kind="stable")
-        return take_rows(pd.concat([taken, fresh], ignore_index=True), place).reset_index(drop=True)
 
     def documents(self, documents: pd.DataFrame) -> TableWrite:
         """The cleaned documents table of ``documents`` (``parse``'s form: each one's ``RECORD``),
@@ -196,11 +185,7 @@ class ParsedRows:
         if self._saved is None:
             raise RuntimeError("save the records before making the documents table of them")
         sources = documents[RECORD].to_numpy(dtype=np.int64)
-        columns = tuple(DOCUMENT_COLUMNS)
-        if worth_extending(self._saved, sources):
-            return TableWrite(_empty_records().iloc[:0], DOCUMENTS_TAG, self._saved, sources, columns)
-        frame = self._saved.take(sources, [*columns, KEY]).to_pandas().astype({**DOCUMENT_COLUMNS, KEY: "string"})
-        return TableWrite(frame, DOCUMENTS_TAG, columns=columns)
+        return extended_or_whole(_empty_records(), DOCUMENTS_TAG, self._saved, sources, tuple(DOCUMENT_COLUMNS))
 
 
 def _strings(values: pa.Array) -> pd.Series:

@@ -59,7 +59,7 @@ from retrieval_assets.core.ingest.memo import (
     stored_document_keys,
 )
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
-from retrieval_assets.core.io.parted import PartedTable, TableWrite, worth_extending
+from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole
 from retrieval_assets.core.io.tables import (
     CHUNK_COLUMNS,
     RECORD_BLOCK_ROWS,
@@ -369,11 +369,6 @@ def apply_inbox(documents: pd.DataFrame, rows: Iterable[RawRow], memo: ParsedRow
     return CleanedCatalogs(kept, quarantine, stats, receipts, superseded, tombstones)
 
 
-def chunk_frame(documents: pd.DataFrame, settings: ChunkingSettings) -> pd.DataFrame:
-    """The chunks of a documents frame, in document order."""
-    return _chunk_rows(documents, settings)
-
-
 @dataclass(frozen=True)
 class ChunkedTable:
     """A build's chunk table to store, and what making it took: how many documents were chunked
@@ -397,8 +392,8 @@ def chunk_into_table(
     tag = chunker_tag(settings)
     keys, rows_at = _documents_by_key(documents, tag)
     shown = tuple(CHUNK_COLUMNS)
-    previous = _chunk_keys(last, tag)
-    if previous is None:
+    previous = _chunk_keys(last, tag) if last is not None else None
+    if last is None or previous is None:
         fresh = _keyed_chunks(rows_at(np.arange(len(keys))), keys, settings)
         return ChunkedTable(TableWrite(fresh, tag, columns=shown), len(keys), 0, _documents_of(fresh))
     known = pd.Index(previous[DOCUMENT_KEY]).unique().get_indexer(keys) >= 0
@@ -414,14 +409,8 @@ def chunk_into_table(
     added = take_rows(fresh, order[order >= held] - held).reset_index(drop=True)
     documents_chunked, documents_reused = int((~known).sum()), int(known.sum())
     count = len(pd.unique(both_keys[order]))
-    if last is not None and worth_extending(last, sources):
-        return ChunkedTable(TableWrite(added, tag, last, sources, shown), documents_chunked, documents_reused, count)
-    # Too scattered to extend: the kept chunks read and written again with the new ones, in order.
-    kept = last.take(order[order < held], list(fresh.columns)).to_pandas() if last is not None else None
-    whole = pd.concat([kept, added], ignore_index=True) if kept is not None else added
-    place = np.argsort(np.r_[np.flatnonzero(sources >= 0), np.flatnonzero(sources < 0)], kind="stable")
-    frame = take_rows(whole.astype(fresh.dtypes.to_dict()), place).reset_index(drop=True)
-    return ChunkedTable(TableWrite(frame, tag, columns=shown), documents_chunked, documents_reused, count)
+    write = extended_or_whole(added, tag, last, sources, shown)
+    return ChunkedTable(write, documents_chunked, documents_reused, count)
 
 
 @dataclass(frozen=True)
@@ -476,9 +465,9 @@ def _documents_by_key(
     return document_keys(frame, tag), lambda positions: take_rows(frame, positions).reset_index(drop=True)
 
 
-def _chunk_keys(last: PartedTable | None, tag: str) -> dict[str, np.ndarray] | None:
+def _chunk_keys(last: PartedTable, tag: str) -> dict[str, np.ndarray] | None:
     """The document key and ordinal of each chunk of ``last``, if made under ``tag``."""
-    if last is None or last.tag != tag:
+    if last.tag != tag:
         return None
     table = last.read([DOCUMENT_KEY, "ordinal"])
     return {name: table.column(name).to_numpy() for name in (DOCUMENT_KEY, "ordinal")}
@@ -487,7 +476,7 @@ def _chunk_keys(last: PartedTable | None, tag: str) -> dict[str, np.ndarray] | N
 def _keyed_chunks(documents: pd.DataFrame, keys: np.ndarray, settings: ChunkingSettings) -> pd.DataFrame:
     """The chunks of a documents frame, each with its document's key (``keys``, one per
     document), its row hash and whether its text is blank."""
-    frame = _chunk_rows(documents, settings)
+    frame = chunk_frame(documents, settings)
     pairs = zip(documents["tenant_id"].tolist(), documents["doc_id"].tolist(), strict=True)
     key_of = dict(zip(pairs, keys.tolist(), strict=True))
     chunk_pairs = zip(frame["tenant_id"].tolist(), frame["doc_id"].tolist(), strict=True)
@@ -505,9 +494,9 @@ def _documents_of(chunks: pd.DataFrame) -> int:
     return int(chunks[DOCUMENT_KEY].nunique())
 
 
-def _chunk_rows(documents: pd.DataFrame, settings: ChunkingSettings) -> pd.DataFrame:
-    """The chunks of a documents frame as a frame, made a block of documents at a time: only one
-    block's documents and chunks exist as objects at once."""
+def chunk_frame(documents: pd.DataFrame, settings: ChunkingSettings) -> pd.DataFrame:
+    """The chunks of a documents frame, in document order, made a block of documents at a time:
+    only one block's documents and chunks exist as objects at once."""
     starts = range(0, len(documents), RECORD_BLOCK_ROWS)
     blocks = (documents.iloc[start : start + RECORD_BLOCK_ROWS] for start in starts)
     frames = [chunks_to_frame(chunk_documents(frame_to_documents(block), settings)) for block in blocks]

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval_assets.core.io.files import link_or_copy, write_json
-from retrieval_assets.core.io.tables import parquet_row_slices, write_parquet
+from retrieval_assets.core.io.tables import interleave, parquet_row_slices, write_parquet
 
 MANIFEST_SUFFIX = ".parts.json"
 PLAIN_SUFFIX = ".parquet"
@@ -296,15 +296,24 @@ class TableWrite:
 
     def head(self, rows: int) -> pd.DataFrame:
         """The first ``rows`` rows of the table this stores (the columns readers see)."""
-        first = np.arange(min(rows, self.rows))
         shown = list(self.columns) if self.columns is not None else list(self.frame.columns)
+        return self._rows_in_order(min(rows, self.rows), shown)
+
+    def whole(self) -> TableWrite:
+        """The same table written in one file: the base's rows it keeps read and written again
+        with its own, in order (a table too scattered to extend, ``worth_extending``)."""
         if self.base is None or self.sources is None:
-            return self.frame.iloc[first][shown].reset_index(drop=True)
-        chosen = self.sources[first]
-        kept = self.base.take(chosen[chosen >= 0], shown).to_pandas()
-        added = self.frame.iloc[: int((chosen < 0).sum())][shown]
-        place = np.argsort(np.r_[np.flatnonzero(chosen >= 0), np.flatnonzero(chosen < 0)], kind="stable")
-        return pd.concat([kept, added], ignore_index=True).iloc[place].reset_index(drop=True)
+            return self
+        frame = self._rows_in_order(self.rows, list(self.frame.columns)).astype(self.frame.dtypes.to_dict())
+        return TableWrite(frame, self.tag, columns=self.columns)
+
+    def _rows_in_order(self, rows: int, columns: list[str]) -> pd.DataFrame:
+        """``columns`` of the table's first ``rows`` rows: the base's kept ones and its own."""
+        if self.base is None or self.sources is None:
+            return self.frame.iloc[:rows][columns].reset_index(drop=True)
+        chosen = self.sources[:rows]
+        kept = self.base.take(chosen[chosen >= 0], columns).to_pandas()
+        return interleave(kept, self.frame.iloc[: int((chosen < 0).sum())][columns], chosen >= 0)
 
     def write(self, stem: Path) -> Path:
         """Store the table at ``stem``; files no longer used by it are removed afterwards."""
@@ -363,6 +372,15 @@ def _extended(
     renumber[used] = np.arange(len(used))
     pieces[:, 0] = renumber[pieces[:, 0]]
     return [names[i] for i in used], pieces.astype(np.int64), [counts[i] for i in used]
+
+
+def extended_or_whole(
+    frame: pd.DataFrame, tag: str, base: PartedTable, sources: np.ndarray, columns: tuple[str, ...] | None = None
+) -> TableWrite:
+    """``frame``'s rows added to ``base`` by ``sources`` (``TableWrite``), or, where that table
+    would be too scattered (``worth_extending``), the same table written whole."""
+    write = TableWrite(frame, tag, base, sources, columns)
+    return write if worth_extending(base, sources) else write.whole()
 
 
 def worth_extending(base: PartedTable, sources: np.ndarray) -> bool:

@@ -187,6 +187,13 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     return runs[0] if len(runs) == 1 else pd.concat(runs)
 
 
+def interleave(kept: pd.DataFrame, added: pd.DataFrame, is_kept: np.ndarray) -> pd.DataFrame:
+    """One row per entry of ``is_kept``: the next row of ``kept`` where it is true, else the next
+    of ``added`` (rows a table keeps and rows it adds, back in the table's order)."""
+    place = np.argsort(np.r_[np.flatnonzero(is_kept), np.flatnonzero(~is_kept)], kind="stable")
+    return take_rows(pd.concat([kept, added], ignore_index=True), place).reset_index(drop=True)
+
+
 def rows_where(frame: pd.DataFrame, mask: np.ndarray | pd.Series) -> pd.DataFrame:
     """``frame[mask]`` through ``take_rows``: a few rows of a table read from Parquet, without
     joining every chunk of its Arrow columns into one first."""
