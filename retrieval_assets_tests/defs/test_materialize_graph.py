@@ -58,7 +58,7 @@ def test_graph_materializes_with_counts(built, tiny_beir: Path) -> None:
     result, storage, _ = built
     assert result.success
     corpus_lines = len((tiny_beir / "corpus.jsonl").read_text().splitlines())
-    raw = pd.read_parquet(storage.artifacts_dir / "raw_catalog.parquet")
+    raw = stored_value(storage.artifacts_dir, "raw_catalog")
     cleaned = stored_value(storage.artifacts_dir, "cleaned_documents")
     quarantined = pd.read_parquet(storage.artifacts_dir / "quarantined_documents.parquet")
     chunks = stored_value(storage.artifacts_dir, "chunks")

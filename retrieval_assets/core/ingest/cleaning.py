@@ -59,6 +59,7 @@ from pylatexenc import latexwalker
 from pylatexenc.latex2text import LatexNodes2Text, get_default_latex_context_db
 
 from retrieval_assets.core.ingest.catalog import RawRow
+from retrieval_assets.core.ingest.raw_table import with_texts
 from retrieval_assets.core.ingest.reasons import QuarantineReason
 from retrieval_assets.core.ingest.sources.records import VECTOR_PREFIX, TextBlock
 from retrieval_assets.core.io.tables import (
@@ -628,6 +629,7 @@ def clean_parsed(
     rows: pd.DataFrame | Sequence[RawRow],
     parsed: pd.DataFrame,
     texts: Callable[[np.ndarray], list[str]] | None = None,
+    raw_texts: Callable[[np.ndarray], list[str]] | None = None,
 ) -> CleanedFrame:
     """Documents and quarantine records of raw rows from their parses (``parse_rows``, row for
     row). The rows are a ``RAW_ROW_COLUMNS`` frame or the ``RawRow``s themselves, which may hold
@@ -637,17 +639,19 @@ def clean_parsed(
 
     ``parsed`` may hold only some record columns (a memo's ``LIGHT_COLUMNS`` and a ``record``
     column); the documents then have those columns, and ``texts`` gives the text of parses by
-    position, for a duplicate's detail."""
+    position, for a duplicate's detail. A frame of rows may lack their text: ``raw_texts`` gives
+    the quarantined rows' text by position."""
     if len(rows) != len(parsed):
         raise ValueError(f"{len(rows)} raw rows but {len(parsed)} parses")
     if isinstance(rows, pd.DataFrame):
         rows = rows.reset_index(drop=True)
     parsed = _with_consistent_vectors(parsed.reset_index(drop=True))
 
-    def raw_row(position: int) -> RawRow:
-        if isinstance(rows, pd.DataFrame):
-            return RawRow(**rows.iloc[position][list(RAW_ROW_COLUMNS)].to_dict())
-        return rows[position]
+    def raw_rows(positions: np.ndarray) -> list[RawRow]:
+        if not isinstance(rows, pd.DataFrame):
+            return [rows[position] for position in positions.tolist()]
+        taken = with_texts(rows.iloc[positions], positions, raw_texts)
+        return [RawRow(**record) for record in taken[list(RAW_ROW_COLUMNS)].to_dict("records")]
 
     rejected = parsed["reason"].notna().to_numpy(dtype=bool)
     duplicate = np.zeros(len(parsed), dtype=bool)
@@ -665,10 +669,11 @@ def clean_parsed(
         text = dict(zip(both.tolist(), text_of(both), strict=True))
         for position in firsts.tolist():
             key = (parsed.at[position, "tenant_id"], parsed.at[position, "doc_id"])
-            first[key] = (raw_row(position).line_number, text[position])
+            first[key] = (_line_number(rows, position), text[position])
     quarantine = []
-    for position in np.flatnonzero(~kept).tolist():
-        row, record = raw_row(position), parsed.iloc[position]
+    left_out = np.flatnonzero(~kept)
+    for position, row in zip(left_out.tolist(), raw_rows(left_out), strict=True):
+        record = parsed.iloc[position]
         if rejected[position]:
             reason, detail = record["reason"], record["detail"]
         else:
@@ -697,6 +702,12 @@ def clean_parsed(
     typed = {name: DOCUMENT_COLUMNS[name] for name in columns if name in DOCUMENT_COLUMNS}
     documents = parsed.loc[kept, columns].reset_index(drop=True).astype(typed)
     return CleanedFrame(documents=documents, quarantine=quarantine, stats=stats)
+
+
+def _line_number(rows: pd.DataFrame | Sequence[RawRow], position: int) -> int:
+    if isinstance(rows, pd.DataFrame):
+        return int(rows["line_number"].iat[position])
+    return rows[position].line_number
 
 
 def clean_rows(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, parse_rows
+from retrieval_assets.core.ingest.raw_table import DIGEST_BYTES, ROW_DIGEST, digest_matrix, with_digests, with_texts
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole, open_table
 from retrieval_assets.core.io.tables import (
     DOCUMENT_COLUMNS,
-    RECORD_BLOCK_ROWS,
     empty_frame,
     frame_to_raw_rows,
     interleave,
@@ -41,9 +41,12 @@ from retrieval_assets.core.settings import ChunkingSettings
 PARSED_STEM = "parsed_rows"
 # The records table's layout and what the cleaned documents table is made of; a table stored
 # under another tag is no memo.
-RECORDS_TAG = "parse-records-1"
+RECORDS_TAG = "parse-records-2"
 DOCUMENTS_TAG = "documents"
 KEY = "key"
+KEY_BYTES = 8 + DIGEST_BYTES
+KEY_TYPE = pa.binary()
+KEY_DTYPE = pd.ArrowDtype(KEY_TYPE)
 # A record's position in its build's records table.
 RECORD = "record"
 # The record columns cleaning reads for every row; titles, texts and metadata it does not.
@@ -54,37 +57,17 @@ def _source_hash(*parts: object) -> str:
     return hashlib.blake2b("\x00".join(map(str, parts)).encode(), digest_size=8).hexdigest()
 
 
-def _row_keys(raw: pd.DataFrame, salt: str) -> Iterator[str]:
-    """Each raw row's memo key: a hash of the salt, its UTF-8 error flag and its text. Hashed from
-    the Arrow column's own bytes where it is one (977k rows: 1.25 s against 2 s through Python
-    strings), else from its text a block of rows at a time."""
-    salted = {error: hashlib.blake2b(f"{salt}{error}".encode(), digest_size=16) for error in (0, 1)}
-    errors = raw["utf8_error"].to_numpy(dtype=bool).tolist()
-    texts = raw["raw"].array
-    if not isinstance(texts, pd.arrays.ArrowStringArray):
-        for start in range(0, len(raw), RECORD_BLOCK_ROWS):
-            block = raw["raw"].iloc[start : start + RECORD_BLOCK_ROWS].tolist()
-            for text, error in zip(block, errors[start : start + RECORD_BLOCK_ROWS], strict=True):
-                hasher = salted[error].copy()
-                hasher.update(text.encode())
-                yield hasher.hexdigest()
-        return
-    row = 0
-    for chunk in texts.__arrow_array__().chunks:
-        offsets, data = _string_buffers(chunk)
-        for first, last in zip(offsets[:-1], offsets[1:], strict=True):
-            hasher = salted[errors[row]].copy()
-            hasher.update(data[first:last])
-            yield hasher.hexdigest()
-            row += 1
-
-
-def _string_buffers(chunk: pa.Array) -> tuple[list[int], memoryview]:
-    """A string array's value offsets (one more than its rows) and its data, not copied."""
-    _, offsets, data = chunk.buffers()
-    width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
-    bounds = np.frombuffer(offsets, dtype=width)[chunk.offset : chunk.offset + len(chunk) + 1].tolist()
-    return bounds, memoryview(data) if data is not None else memoryview(b"")
+def _row_keys(raw: pd.DataFrame, salt: str) -> pa.BinaryArray:
+    """Each raw row's memo key: the salt (8 bytes of hex) followed by the row's content digest
+    (``raw_table.ROW_DIGEST``, computed where ``raw`` has none)."""
+    digests = with_digests(raw)[ROW_DIGEST].array.__arrow_array__()
+    digests = digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests
+    salted = np.empty((len(raw), KEY_BYTES), dtype=np.uint8)
+    salted[:, : KEY_BYTES - DIGEST_BYTES] = np.frombuffer(bytes.fromhex(salt), dtype=np.uint8)
+    salted[:, KEY_BYTES - DIGEST_BYTES :] = digest_matrix(digests)
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(KEY_BYTES), len(raw), [None, pa.py_buffer(salted)]).cast(
+        KEY_TYPE
+    )
 
 
 class ParsedRows:
@@ -100,28 +83,38 @@ class ParsedRows:
         self._stem = Path(directory) / PARSED_STEM
         last = open_table(self._stem)
         self._last = last if last is not None and last.tag == RECORDS_TAG else None
-        self._last_keys = self._last.column(KEY) if self._last is not None else pa.chunked_array([], pa.string())
+        self._last_keys = self._last.column(KEY) if self._last is not None else pa.chunked_array([], KEY_TYPE)
         self._sources: list[np.ndarray] = []
         self._fresh: list[pd.DataFrame] = []
         self._rows = 0
         self._saved: PartedTable | None = None
         self.reused = self.parsed = 0
 
-    def parse(self, raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, max_text_chars: int) -> pd.DataFrame:
+    def parse(
+        self,
+        raw: pd.DataFrame,
+        fmt: RecordFormat,
+        tenant_id: str,
+        max_text_chars: int,
+        raw_texts: Callable[[np.ndarray], list[str]] | None = None,
+    ) -> pd.DataFrame:
         """The ``LIGHT_COLUMNS`` of ``parse_rows`` records of a raw rows frame, in row order, and
-        each one's ``RECORD``: the last build's record of a row seen before (same bytes, cleaning
-        code, format, tenant and limit), else the row parsed now."""
+        each one's ``RECORD``: the last build's record of a row seen before (same content, cleaning
+        code, format, tenant and limit), else the row parsed now. ``raw`` may lack the rows' text
+        where it has their digests (``raw_table.LIGHT_RAW_COLUMNS``): ``raw_texts`` then gives the
+        text of the rows parsed now, by position."""
         salt = _source_hash(inspect.getsource(cleaning), fmt, tenant_id, max_text_chars)
-        keys = pa.array(list(_row_keys(raw, salt)), type=pa.string())
+        keys = _row_keys(raw, salt)
         found = pc.fill_null(pc.index_in(keys, value_set=self._last_keys), -1).to_numpy(zero_copy_only=False)
         found = found.astype(np.int64)
         known = found >= 0
-        unknown = rows_where(raw, ~known) if known.any() else raw
+        unknown = with_texts(rows_where(raw, ~known) if known.any() else raw, np.flatnonzero(~known), raw_texts)
         fresh = parse_rows(frame_to_raw_rows(unknown), fmt, tenant_id, max_text_chars)
         light = self._in_row_order(found, fresh[LIGHT_COLUMNS])
         self.reused += int(known.sum())
         self.parsed += len(fresh)
-        return light.assign(**{RECORD: self._add(found, fresh.assign(**{KEY: _strings(keys.filter(~known))}))})
+        added = pd.Series(pd.arrays.ArrowExtensionArray(keys.filter(pa.array(~known))), dtype=KEY_DTYPE)
+        return light.assign(**{RECORD: self._add(found, fresh.assign(**{KEY: added.to_numpy()}))})
 
     def add(self, documents: pd.DataFrame) -> pd.DataFrame:
         """``documents`` (a ``DOCUMENT_COLUMNS`` frame not parsed from catalog rows: the inbox's)
@@ -135,7 +128,7 @@ class ParsedRows:
         """Records of this build: ``sources`` (a last build's record, or -1 for the next of
         ``fresh``); their positions in this build's table."""
         self._sources.append(sources)
-        self._fresh.append(fresh.astype({KEY: "string"}))
+        self._fresh.append(fresh.astype({KEY: KEY_DTYPE}))
         positions = self._rows + np.arange(len(sources))
         self._rows += len(sources)
         return positions
@@ -188,12 +181,8 @@ class ParsedRows:
         return extended_or_whole(_empty_records(), DOCUMENTS_TAG, self._saved, sources, tuple(DOCUMENT_COLUMNS))
 
 
-def _strings(values: pa.Array) -> pd.Series:
-    return pd.Series(values.to_pylist(), dtype="string")
-
-
 def _empty_records() -> pd.DataFrame:
-    return empty_frame({**PARSE_COLUMNS, KEY: "string"})
+    return empty_frame({**PARSE_COLUMNS, KEY: KEY_DTYPE})
 
 
 # The chunk table's column holding each chunk's document key (``document_keys``): not one

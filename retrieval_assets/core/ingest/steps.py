@@ -58,6 +58,7 @@ from retrieval_assets.core.ingest.memo import (
     documents_at,
     stored_document_keys,
 )
+from retrieval_assets.core.ingest.raw_table import with_texts
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole
 from retrieval_assets.core.io.tables import (
@@ -168,15 +169,23 @@ def _stored(cleaned: CleanedCatalogs, memo: ParsedRows | None) -> CleanedCatalog
     return replace(cleaned, table=memo.documents(cleaned.documents))
 
 
-def _clean_source(raw: pd.DataFrame, fmt: RecordFormat, tenant_id: str, memo: ParsedRows | None) -> CleanedFrame:
+def _clean_source(
+    raw: pd.DataFrame,
+    fmt: RecordFormat,
+    tenant_id: str,
+    memo: ParsedRows | None,
+    raw_texts: Callable[[np.ndarray], list[str]] | None = None,
+) -> CleanedFrame:
     """A catalog (not the inbox) source's rows cleaned with its format and tenant; with a
-    ``memo``, rows parsed by the last build are not parsed again."""
+    ``memo``, rows parsed by the last build are not parsed again. Rows without their text get it
+    from ``raw_texts``, by position in ``raw``, where they need it."""
     limit = DOCUMENT_MAX_TEXT_CHARS if fmt == "document" else DEFAULT_MAX_TEXT_CHARS
     if memo is None:
+        raw = with_texts(raw, np.arange(len(raw)), raw_texts)
         return clean_parsed(raw, parse_rows(frame_to_raw_rows(raw), fmt, tenant_id, limit))
-    parsed = memo.parse(raw, fmt, tenant_id, limit)
+    parsed = memo.parse(raw, fmt, tenant_id, limit, raw_texts)
     records = parsed[RECORD].to_numpy()
-    return clean_parsed(raw, parsed, lambda positions: memo.texts(records[positions]))
+    return clean_parsed(raw, parsed, lambda positions: memo.texts(records[positions]), raw_texts)
 
 
 def clean_catalog(raw: pd.DataFrame, source: CatalogSource) -> CleaningResult:
@@ -198,22 +207,30 @@ def rows_of_source(raw: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def clean_catalogs(
-    raw: pd.DataFrame, sources: Sequence[CatalogSource], memo: ParsedRows | None = None
+    raw: pd.DataFrame,
+    sources: Sequence[CatalogSource],
+    memo: ParsedRows | None = None,
+    raw_texts: Callable[[np.ndarray], list[str]] | None = None,
 ) -> CleanedCatalogs:
     """Each catalog's rows cleaned with its own format and tenant, the results concatenated (an id
     an earlier catalog of the same tenant holds is ``duplicate_id``), then the inbox's entries
     applied on top, in the order they were accepted.
 
     With a ``memo``, the documents are each one's id, tenant and record in the memo (``ParsedRows``),
-    and ``table`` is the cleaned documents table to store, made of those records."""
+    and ``table`` is the cleaned documents table to store, made of those records. ``raw`` may
+    hold the rows' digests instead of their text (``raw_table.light_rows``): ``raw_texts`` reads
+    the text of the rows that need it, by position in ``raw``."""
+    raw = raw.reset_index(drop=True)
     results, inbox_rows, keys = [], [], []
     for source in sources:
         key = source_key(source)
         rows = rows_of_source(raw, key)
+        # Positions in the source's rows, as the text of the whole table's rows.
+        texts = _texts_at(rows.index.to_numpy(), raw_texts)
         if source.format == "inbox":
-            inbox_rows.append(rows)
+            inbox_rows.append(with_texts(rows, np.arange(len(rows)), texts))
         else:
-            results.append(_clean_source(rows, record_format(source), source.tenant_id, memo))
+            results.append(_clean_source(rows, record_format(source), source.tenant_id, memo, texts))
             keys.append(key)
     claimed = sum(r.stats.rows_in for r in results) + sum(len(rows) for rows in inbox_rows)
     if len(raw) != claimed:
@@ -238,6 +255,15 @@ def clean_catalogs(
         by_source,
     )
     return _stored(cleaned, memo)
+
+
+def _texts_at(
+    at: np.ndarray, raw_texts: Callable[[np.ndarray], list[str]] | None
+) -> Callable[[np.ndarray], list[str]] | None:
+    """``raw_texts`` for rows that lie at ``at`` in what it reads."""
+    if raw_texts is None:
+        return None
+    return lambda positions: raw_texts(at[positions])
 
 
 def _without_repeated_ids(results: Sequence[CleanedFrame], keys: Sequence[str]) -> list[CleanedFrame]:

@@ -20,6 +20,7 @@ from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.ingest.cleaning import CleaningStats
 from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.ingest.memo import ParsedRows, remove_legacy_chunk_memo
+from retrieval_assets.core.ingest.raw_table import light_rows, raw_table, stored_texts
 from retrieval_assets.core.ingest.reasons import QuarantineReason
 from retrieval_assets.core.ingest.steps import (
     chunk_into_table,
@@ -28,7 +29,7 @@ from retrieval_assets.core.ingest.steps import (
     read_raw_catalogs,
     source_key,
 )
-from retrieval_assets.core.io.parted import open_table
+from retrieval_assets.core.io.parted import TableWrite, open_table
 from retrieval_assets.core.io.tables import CHUNK_COLUMNS, documents_to_frame, quarantine_to_frame, receipts_to_frame
 from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import preview, source_table, stopwatch, table_metadata
@@ -44,22 +45,28 @@ GROUP = "ingest"
 )
 def raw_catalog(
     context: AssetExecutionContext, catalog: CatalogResource, storage: IndexStorageResource
-) -> MaterializeResult[pd.DataFrame]:
+) -> MaterializeResult[TableWrite]:
     """Every line, file, table row or paper of every configured catalog source, undecoded beyond
     what reading needs, so that nothing is lost before cleaning. Folders of files are extracted
-    here (text, headings, pages); a file unchanged since the last build is not read again."""
+    here (text, headings, pages); a file unchanged since the last build is not read again. Rows
+    the last build stored unchanged stay where they are; only the others are written
+    (``core.ingest.raw_table``)."""
     sources = catalog.sources()
+    last = open_table(storage.artifacts_dir.joinpath(*context.asset_key.path))
     with stopwatch() as timer:
         frame, stats = read_raw_catalogs(sources, storage.ingest_cache_dir)
+        write = raw_table(frame, last)
     context.log.info(f"read {len(frame)} rows from {len(sources)} catalog source(s): {', '.join(sources)}")
     for name, source_stats in stats.items():
         figures = ", ".join(f"{key} {value:g}" for key, value in source_stats.items())
         context.log.info(f"{name} ({sources[name].format}): {figures}")
     return MaterializeResult(
-        value=frame,
+        value=write,
         metadata={
             **table_metadata(frame),
             "rows": len(frame),
+            "rows_written": len(write.frame),
+            "kept_in_place": write.kept,
             "rows_by_source": MetadataValue.json(frame["source"].value_counts().to_dict()),
             "sources": MetadataValue.json({name: s.model_dump(mode="json") for name, s in sources.items()}),
             "reading": source_table(
@@ -72,6 +79,7 @@ def raw_catalog(
 
 @multi_asset(
     group_name=GROUP,
+    ins={"raw_catalog": AssetIn(metadata={"deferred": True})},
     outs={
         "cleaned_documents": AssetOut(
             io_manager_key="parquet_io_manager",
@@ -116,36 +124,37 @@ def raw_catalog(
     ],
 )
 def cleaned_documents(
-    context: AssetExecutionContext, catalog: CatalogResource, storage: IndexStorageResource, raw_catalog: pd.DataFrame
+    context: AssetExecutionContext, catalog: CatalogResource, storage: IndexStorageResource, raw_catalog: StoredTable
 ):
     """NFKC, LaTeX and whitespace cleanup; rows that cannot be used are quarantined with a reason.
     The document inbox's upserts and deletes are applied after the catalogs. Rows unchanged since
-    the last build are not parsed again (``core.ingest.memo``)."""
+    the last build are not parsed again (``core.ingest.memo``), nor is their text read."""
     memo, sources = ParsedRows(storage.ingest_cache_dir), catalog.sources()
     with stopwatch() as timer:
-        result = clean_catalogs(raw_catalog, list(sources.values()), memo)
+        raw = light_rows(raw_catalog.table)
+        result = clean_catalogs(raw, list(sources.values()), memo, stored_texts(raw_catalog.table))
     kept, quarantined = result.table, quarantine_to_frame(result.quarantine)
     receipts = receipts_to_frame(result.receipts)
     if kept is None:
         raise RuntimeError("cleaning with a memo gives the documents table to store")
     accounted = kept.rows + len(quarantined) + result.superseded + result.tombstones
-    if accounted != len(raw_catalog):
+    if accounted != len(raw):
         raise RuntimeError(
-            f"row accounting broke: {len(raw_catalog)} in, {kept.rows} kept + {len(quarantined)} quarantined"
+            f"row accounting broke: {len(raw)} in, {kept.rows} kept + {len(quarantined)} quarantined"
             f" + {result.superseded} superseded by the inbox + {result.tombstones} inbox deletes"
         )
-    per_source, unaccounted = _per_source(raw_catalog, sources, result.by_source)
+    per_source, unaccounted = _per_source(raw, sources, result.by_source)
     by_reason = quarantined["reason"].value_counts().to_dict() if len(quarantined) else {}
     # Every reason, zeros included, as numbers: the UI plots each one over time.
     counts_by_reason = {f"quarantined/{r.value}": int(by_reason.get(r.value, 0)) for r in QuarantineReason}
-    ratio = len(quarantined) / max(len(raw_catalog), 1)
+    ratio = len(quarantined) / max(len(raw), 1)
     yield Output(
         kept,
         output_name="cleaned_documents",
         metadata={
             **table_metadata(documents_to_frame([])),
             "dagster/row_count": MetadataValue.int(kept.rows),
-            "rows_in": len(raw_catalog),
+            "rows_in": len(raw),
             "documents": kept.rows,
             "quarantined": len(quarantined),
             "quarantine_by_reason": MetadataValue.json(by_reason),
@@ -186,7 +195,7 @@ def cleaned_documents(
     if ratio > limit:
         example = quarantined.iloc[0]
         context.log.error(
-            f"{len(quarantined)} of {len(raw_catalog)} rows quarantined ({ratio:.0%}, limit {limit:.0%}, "
+            f"{len(quarantined)} of {len(raw)} rows quarantined ({ratio:.0%}, limit {limit:.0%}, "
             f"catalog.max_quarantine_ratio): {reasons}; for example {example['source']} row "
             f"{example['line_number']}: {example['reason']}, {example['detail']}"
         )
@@ -194,13 +203,13 @@ def cleaned_documents(
         check_name="quarantine_ratio_below_threshold",
         asset_key="cleaned_documents",
         passed=ratio <= limit,
-        description=f"{len(quarantined)} of {len(raw_catalog)} rows quarantined ({ratio:.1%}; limit "
+        description=f"{len(quarantined)} of {len(raw)} rows quarantined ({ratio:.1%}; limit "
         f"{limit:.0%}): {reasons}",
         metadata={
             "ratio": round(ratio, 4),
             "threshold": limit,
             "quarantined": len(quarantined),
-            "rows_in": len(raw_catalog),
+            "rows_in": len(raw),
             "by_reason": MetadataValue.json(by_reason),
         },
     )

@@ -102,7 +102,7 @@ def test_ingestion_assets_quarantine_every_hostile_row(catalog: Path, tmp_path: 
     padded = _padded(catalog)
     result = _ingest(padded, tmp_path)
     assert result.success
-    raw = pd.read_parquet(tmp_path / "raw_catalog.parquet")
+    raw = stored_value(tmp_path, "raw_catalog")
     kept = stored_value(tmp_path, "cleaned_documents")
     quarantined = pd.read_parquet(tmp_path / "quarantined_documents.parquet")
     chunk_frame = stored_value(tmp_path, "chunks")

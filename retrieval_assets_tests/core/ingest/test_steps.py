@@ -3,7 +3,6 @@ and chunking, on the bundled SciFact sample."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -354,19 +353,6 @@ def test_with_a_memo_the_inbox_applies_as_without(tmp_path: Path) -> None:
     _, again = _clean_with_inbox(tmp_path / "again", entries, memo)
     assert memo.parsed == 0
     pd.testing.assert_frame_equal(stored_documents(again, tmp_path / "memo"), plain.documents)
-
-
-@pytest.mark.parametrize("dtype", ["string", object])
-def test_row_keys_hash_the_salt_the_error_flag_and_the_text(dtype) -> None:
-    texts = ["", '{"_id": "a"}', "caf\u00e9 \ufffd", "x" * 5000]
-    raw = pd.DataFrame({"raw": pd.Series(texts, dtype=dtype), "utf8_error": [False, False, True, False]})
-    if dtype == "string":  # several Arrow chunks, the last a slice
-        raw = pd.concat([raw.iloc[:1], raw.iloc[1:3], raw.iloc[3:]], ignore_index=True)
-    expected = [
-        hashlib.blake2b(f"salt{int(error)}{text}".encode(), digest_size=16).hexdigest()
-        for text, error in zip(texts, raw["utf8_error"], strict=True)
-    ]
-    assert list(memo_module._row_keys(raw, "salt")) == expected
 
 
 def test_chunk_table_facts_count_over_kept_and_added_rows(tmp_path: Path) -> None:
