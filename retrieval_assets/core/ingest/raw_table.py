@@ -12,15 +12,17 @@ of only the rows it parses: the changed ones, which lie in that file.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from retrieval_assets.core.ingest.catalog import LineBlock
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole
-from retrieval_assets.core.io.tables import RAW_ROW_COLUMNS, RECORD_BLOCK_ROWS, take_rows
+from retrieval_assets.core.io.tables import RAW_ROW_COLUMNS, raw_lines_frame, raw_rows_to_frame, take_rows
 
 # The layout of a raw table that a build may extend; a table stored under another tag (or a
 # plain file, as builds before it wrote) is written whole again.
@@ -32,88 +34,202 @@ DIGEST_BYTES = 16
 LIGHT_RAW_COLUMNS = ["source", "line_number", "utf8_error", ROW_DIGEST]
 
 
-def row_digests(raw: pd.DataFrame) -> pa.BinaryArray:
-    """Each raw row's content digest: BLAKE2b of its UTF-8 error flag and its text's bytes.
-    Hashed from the Arrow column's own bytes where it is one (977k rows: 1.25 s against 2 s
-    through Python strings), else from its text a block of rows at a time. Binary, not fixed
-    width: pandas reads no fixed-width binary column back from Parquet."""
-    digests = b"".join(_digests(raw))
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(DIGEST_BYTES), len(raw), [None, pa.py_buffer(digests)])
-    return fixed.cast(pa.binary())
+class SourceRows(ABC):
+    """One catalog source's rows as read, for the raw table: each row's line number, UTF-8 error
+    flag and content digest, and the text of the rows asked for. The digest is BLAKE2b of the
+    error flag and the text's bytes."""
+
+    def __init__(self, source: str, line_numbers: np.ndarray) -> None:
+        self.source = source
+        self.line_numbers = line_numbers
+        self._digests: tuple[pa.BinaryArray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.line_numbers)
+
+    def digests(self) -> tuple[pa.BinaryArray, np.ndarray]:
+        """Each row's digest and UTF-8 error flag (hashed once). Binary, not fixed width: pandas
+        reads no fixed-width binary column back from Parquet."""
+        if self._digests is None:
+            digests, errors = self._hashed()
+            width = pa.binary(DIGEST_BYTES)
+            fixed = pa.FixedSizeBinaryArray.from_buffers(width, len(self), [None, pa.py_buffer(digests)])
+            self._digests = fixed.cast(pa.binary()), errors
+        return self._digests
+
+    @abstractmethod
+    def _hashed(self) -> tuple[bytes, np.ndarray]:
+        """Every row's digest, joined, and its error flag."""
+
+    @abstractmethod
+    def texts(self, positions: np.ndarray | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
+        """The text and error flag of the rows at ``positions`` (every row by default)."""
+
+    def frame(self, positions: np.ndarray | None = None, digests: bool = False) -> pd.DataFrame:
+        """The rows at ``positions`` (every row by default) as raw rows (``RAW_ROW_COLUMNS``),
+        with ``ROW_DIGEST`` where ``digests``."""
+        texts, errors = self.texts(positions)
+        numbers = self.line_numbers if positions is None else self.line_numbers[positions]
+        frame = raw_lines_frame(self.source, numbers, texts, errors)
+        if not digests:
+            return frame
+        hashed = self.digests()[0]
+        hashed = hashed if positions is None else hashed.take(pa.array(positions, pa.int64()))
+        return frame.assign(**{ROW_DIGEST: pd.arrays.ArrowExtensionArray(hashed)})
 
 
-def _digests(raw: pd.DataFrame) -> Iterator[bytes]:
+class FrameRows(SourceRows):
+    """The rows of a raw rows frame (a folder, table or inbox read row by row)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        super().__init__(str(frame["source"].iat[0]) if len(frame) else "", frame["line_number"].to_numpy(np.int64))
+        self._frame = frame.reset_index(drop=True)
+
+    def frame(self, positions: np.ndarray | None = None, digests: bool = False) -> pd.DataFrame:
+        frame = self._frame if positions is None else take_rows(self._frame, positions).reset_index(drop=True)
+        if not digests:
+            return frame
+        hashed = self.digests()[0]
+        hashed = hashed if positions is None else hashed.take(pa.array(positions, pa.int64()))
+        return frame.assign(**{ROW_DIGEST: pd.arrays.ArrowExtensionArray(hashed)})
+
+    def texts(self, positions: np.ndarray | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
+        frame = self.frame(positions)
+        return pa.chunked_array([pa.array(frame["raw"], pa.large_string())]), frame["utf8_error"].to_numpy(bool)
+
+    def _hashed(self) -> tuple[bytes, np.ndarray]:
+        errors = self._frame["utf8_error"].to_numpy(dtype=bool)
+        texts = self._frame["raw"].array
+        if isinstance(texts, pd.arrays.ArrowStringArray):
+            spans = [_string_spans(chunk) for chunk in texts.__arrow_array__().chunks]
+            return _hash_spans(spans, errors), errors
+        encoded = [text.encode("utf-8", errors="surrogatepass") for text in self._frame["raw"].tolist()]
+        offsets = np.cumsum([0, *map(len, encoded)])
+        return _hash_spans([(memoryview(b"".join(encoded)), offsets[:-1], offsets[1:])], errors), errors
+
+
+class LineRows(SourceRows):
+    """The rows of a JSON Lines file, in the blocks it was read in (``read_line_blocks``): hashed
+    from the bytes read, their texts made only for the rows asked for (a 1M-line catalog's texts
+    are 1.2 GB, and a delta writes a few thousand of them)."""
+
+    def __init__(self, source: str, blocks: list[LineBlock]) -> None:
+        numbers = [block.line_numbers for block in blocks]
+        super().__init__(source, np.concatenate(numbers) if numbers else np.zeros(0, np.int64))
+        self._blocks = blocks
+        self._firsts = np.cumsum([0, *(len(block.line_numbers) for block in blocks)])
+
+    def texts(self, positions: np.ndarray | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
+        if positions is None:
+            made = [block.texts() for block in self._blocks]
+        else:
+            positions = np.asarray(positions, dtype=np.int64)
+            block_of = np.searchsorted(self._firsts, positions, side="right") - 1
+            made = [
+                self._blocks[index].texts(positions[block_of == index] - self._firsts[index])
+                for index in np.unique(block_of).tolist()
+            ]
+            if not made:
+                return pa.chunked_array([], pa.large_string()), np.zeros(0, dtype=bool)
+        errors = np.concatenate([errors for _, errors in made]) if made else np.zeros(0, dtype=bool)
+        return pa.chunked_array([texts for texts, _ in made], pa.large_string()), errors
+
+    def _hashed(self) -> tuple[bytes, np.ndarray]:
+        digests, errors = [], []
+        for block in self._blocks:
+            if block.utf8:
+                spans = [(block.data, block.starts, block.stops)]
+                flags = np.zeros(len(block.line_numbers), dtype=bool)
+            else:  # hashed from the lossy decode, as the frame of the same lines is
+                texts, flags = block.texts()
+                spans = [_string_spans(texts)]
+            digests.append(_hash_spans(spans, flags))
+            errors.append(flags)
+        return b"".join(digests), np.concatenate(errors) if errors else np.zeros(0, dtype=bool)
+
+
+def _hash_spans(spans: list[tuple[memoryview, np.ndarray, np.ndarray]], errors: np.ndarray) -> bytes:
+    """The digests of the rows whose bytes are ``data[start:stop]`` for each of ``spans``' data,
+    starts and stops, in order, with their error flags, joined."""
     flagged = {error: hashlib.blake2b(bytes([error]), digest_size=DIGEST_BYTES) for error in (0, 1)}
-    errors = raw["utf8_error"].to_numpy(dtype=bool).astype(np.uint8).tolist()
-    texts = raw["raw"].array
-    if not isinstance(texts, pd.arrays.ArrowStringArray):
-        for start in range(0, len(raw), RECORD_BLOCK_ROWS):
-            block = raw["raw"].iloc[start : start + RECORD_BLOCK_ROWS].tolist()
-            for text, error in zip(block, errors[start : start + RECORD_BLOCK_ROWS], strict=True):
-                hasher = flagged[error].copy()
-                hasher.update(text.encode("utf-8", errors="surrogatepass"))
-                yield hasher.digest()
-        return
-    row = 0
-    for chunk in texts.__arrow_array__().chunks:
-        offsets, data = _string_buffers(chunk)
-        for first, last in zip(offsets[:-1], offsets[1:], strict=True):
-            hasher = flagged[errors[row]].copy()
+    flags = errors.astype(np.uint8).tolist()
+    digests, row = [], 0
+    for data, starts, stops in spans:
+        for first, last in zip(starts.tolist(), stops.tolist(), strict=True):
+            hasher = flagged[flags[row]].copy()
             hasher.update(data[first:last])
-            yield hasher.digest()
+            digests.append(hasher.digest())
             row += 1
+    return b"".join(digests)
 
 
-def _string_buffers(chunk: pa.Array) -> tuple[list[int], memoryview]:
-    """A string array's value offsets (one more than its rows) and its data, not copied."""
+def _string_spans(chunk: pa.Array) -> tuple[memoryview, np.ndarray, np.ndarray]:
+    """A string array's data and each value's start and stop in it, not copied."""
     _, offsets, data = chunk.buffers()
     width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
-    bounds = np.frombuffer(offsets, dtype=width)[chunk.offset : chunk.offset + len(chunk) + 1].tolist()
-    return bounds, memoryview(data) if data is not None else memoryview(b"")
+    bounds = np.frombuffer(offsets, dtype=width)[chunk.offset : chunk.offset + len(chunk) + 1]
+    return (memoryview(data) if data is not None else memoryview(b"")), bounds[:-1], bounds[1:]
 
 
 def with_digests(raw: pd.DataFrame) -> pd.DataFrame:
     """``raw`` with its ``ROW_DIGEST`` column (computed where it has none)."""
     if ROW_DIGEST in raw.columns:
         return raw
-    return raw.assign(**{ROW_DIGEST: pd.Series(pd.arrays.ArrowExtensionArray(row_digests(raw)), index=raw.index)})
+    return FrameRows(raw).frame(digests=True).set_axis(raw.index)
 
 
-def raw_table(raw: pd.DataFrame, last: PartedTable | None) -> TableWrite:
-    """The raw table of ``raw`` (every row read now) to store: the rows of ``last`` (the last
-    build's raw table) that are the same row, in the same source at the same line with the same
-    digest, kept in place, and the others written; or every row written where there is no such
-    table or the result would be too scattered."""
-    raw = with_digests(raw[list(RAW_ROW_COLUMNS)]).reset_index(drop=True)
+def raw_table(read: Sequence[SourceRows], last: PartedTable | None) -> TableWrite:
+    """The raw table of the rows read now, to store: the rows of ``last`` (the last build's raw
+    table) that are the same row, in the same source at the same line with the same digest,
+    kept in place, and the others written; or every row written where there is no such table or
+    the result would be too scattered."""
     shown = tuple(RAW_ROW_COLUMNS)
     if last is None or last.tag != RAW_TABLE_TAG or not last.rows:
-        return TableWrite(raw, RAW_TABLE_TAG, columns=shown)
-    found = _same_rows(raw, last.read(["source", "line_number", ROW_DIGEST]))
+        return TableWrite(_frames(read, None), RAW_TABLE_TAG, columns=shown)
+    found = _same_rows(read, last.read(["source", "line_number", ROW_DIGEST]))
     if not (found >= 0).any():
-        return TableWrite(raw, RAW_TABLE_TAG, columns=shown)
-    return extended_or_whole(take_rows(raw, np.flatnonzero(found < 0)), RAW_TABLE_TAG, last, found, shown)
+        return TableWrite(_frames(read, None), RAW_TABLE_TAG, columns=shown)
+    return extended_or_whole(_frames(read, found < 0), RAW_TABLE_TAG, last, found, shown)
 
 
-def _same_rows(raw: pd.DataFrame, last: pa.Table) -> np.ndarray:
-    """For each row of ``raw``, the position in ``last`` of the same row (source, line number and
+def _frames(read: Sequence[SourceRows], chosen: np.ndarray | None) -> pd.DataFrame:
+    """The rows read (those ``chosen``, where given) with their digests, as one frame."""
+    frames, first = [], 0
+    for rows in read:
+        mine = None if chosen is None else np.flatnonzero(chosen[first : first + len(rows)])
+        first += len(rows)
+        if mine is None or len(mine):
+            frames.append(rows.frame(mine, digests=True))
+    if not frames:
+        return FrameRows(raw_rows_to_frame([])).frame(digests=True)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _same_rows(read: Sequence[SourceRows], last: pa.Table) -> np.ndarray:
+    """For each row read, the position in ``last`` of the same row (source, line number and
     digest), else -1."""
-    ours = pa.Table.from_pandas(raw[["source", "line_number", ROW_DIGEST]], preserve_index=False)
-    names = pc.unique(ours.column("source").cast(pa.large_string()))
-    found = pc.index_in(_identity(ours, names), value_set=_identity(last, names))
-    return pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = pa.array([rows.source for rows in read], pa.large_string())
+    ours = _identity(
+        np.repeat(np.arange(len(read), dtype=np.int32), [len(rows) for rows in read]),
+        np.concatenate([rows.line_numbers for rows in read] or [np.zeros(0, np.int64)]),
+        pa.concat_arrays([rows.digests()[0] for rows in read] or [pa.array([], pa.binary())]),
+    )
+    place = pc.index_in(last.column("source").cast(pa.large_string()), value_set=names)
+    theirs = _identity(
+        pc.fill_null(place, -1).to_numpy(zero_copy_only=False).astype(np.int32),
+        last.column("line_number").to_numpy().astype(np.int64),
+        last.column(ROW_DIGEST).combine_chunks(),
+    )
+    return pc.fill_null(pc.index_in(ours, value_set=theirs), -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _identity(rows: pa.Table, names: pa.Array) -> pa.FixedSizeBinaryArray:
-    """Each row's digest, line number and source (its place in ``names``; -1 for one not in
+def _identity(place: np.ndarray, line: np.ndarray, digests: pa.Array) -> pa.FixedSizeBinaryArray:
+    """Each row's digest, line number and source (its place in the sources read; -1 for none of
     them) as one fixed-width key."""
-    line = rows.column("line_number").to_numpy().astype(np.int64)
-    place = pc.index_in(rows.column("source").cast(pa.large_string()), value_set=names)
     key = np.empty((len(line), DIGEST_BYTES + 12), dtype=np.uint8)
-    key[:, :DIGEST_BYTES] = digest_matrix(rows.column(ROW_DIGEST).combine_chunks())
+    key[:, :DIGEST_BYTES] = digest_matrix(digests)
     key[:, DIGEST_BYTES : DIGEST_BYTES + 8] = line.view(np.uint8).reshape(-1, 8)
-    key[:, DIGEST_BYTES + 8 :] = pc.fill_null(place, -1).to_numpy(zero_copy_only=False).astype(np.int32).view(
-        np.uint8
-    ).reshape(-1, 4)
+    key[:, DIGEST_BYTES + 8 :] = place.view(np.uint8).reshape(-1, 4)
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(key.shape[1]), len(line), [None, pa.py_buffer(key)])
 
 

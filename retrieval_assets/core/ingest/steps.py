@@ -58,7 +58,7 @@ from retrieval_assets.core.ingest.memo import (
     documents_at,
     stored_document_keys,
 )
-from retrieval_assets.core.ingest.raw_table import with_texts
+from retrieval_assets.core.ingest.raw_table import FrameRows, LineRows, SourceRows, with_texts
 from retrieval_assets.core.ingest.sources.kinds import DOCUMENT_KINDS, read_source
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole
 from retrieval_assets.core.io.tables import (
@@ -70,7 +70,6 @@ from retrieval_assets.core.io.tables import (
     documents_to_frame,
     frame_to_documents,
     frame_to_raw_rows,
-    line_blocks_to_frame,
     raw_rows_to_frame,
     take_rows,
 )
@@ -101,35 +100,46 @@ def _inbox_rows(source: CatalogSource) -> Iterator[RawRow]:
     )
 
 
-def read_source_rows(source: CatalogSource, cache_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+def read_source_rows(source: CatalogSource, cache_dir: Path | None = None) -> tuple[SourceRows, dict[str, float]]:
     """One source's raw rows, keyed by ``source_key``, and what reading them took
-    (``SourceRead.stats``)."""
+    (``SourceRead.stats``). A JSON Lines file's rows are its lines as read, their texts not yet
+    made (``raw_table.LineRows``)."""
     if source.format == "inbox":
         frame = raw_rows_to_frame(_inbox_rows(source))
-        return frame, {"rows": len(frame)}
+        return FrameRows(frame), {"rows": len(frame)}
     if source.format in ("tool_catalog", "beir"):
         started, path = time.perf_counter(), catalog_file(source.path, source.format)
-        frame = line_blocks_to_frame(read_line_blocks(path), source_key(source))
-        return frame, {"rows": len(frame), "read_seconds": round(time.perf_counter() - started, 3)}
+        rows = LineRows(source_key(source), list(read_line_blocks(path)))
+        return rows, {"rows": len(rows), "read_seconds": round(time.perf_counter() - started, 3)}
     read = read_source(source, cache_dir)
     frame = raw_rows_to_frame(read.rows)
     frame = frame.assign(source=pd.Series(source_key(source), index=frame.index, dtype="string"))
-    return frame, dict(read.stats)
+    return FrameRows(frame), dict(read.stats)
 
 
 def read_raw_catalog(source: CatalogSource, cache_dir: Path | None = None) -> pd.DataFrame:
-    return read_source_rows(source, cache_dir)[0]
+    return read_source_rows(source, cache_dir)[0].frame()
+
+
+def read_raw_sources(
+    sources: Mapping[str, CatalogSource], cache_dir: Path | None = None
+) -> tuple[list[SourceRows], dict[str, dict[str, float]]]:
+    """Every source's rows, and each source's reading stats by name. With ``cache_dir``, folders
+    of files re-read only changed files."""
+    read, stats = [], {}
+    for name, source in sources.items():
+        rows, stats[name] = read_source_rows(source, cache_dir)
+        read.append(rows)
+    return read, stats
 
 
 def read_raw_catalogs(
     sources: Mapping[str, CatalogSource], cache_dir: Path | None = None
 ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
-    """Every row of every source (the ``source`` column says which), and each source's reading
-    stats by name. With ``cache_dir``, folders of files re-read only changed files."""
-    frames, stats = [], {}
-    for name, source in sources.items():
-        frame, stats[name] = read_source_rows(source, cache_dir)
-        frames.append(frame)
+    """Every row of every source as one frame (the ``source`` column says which), and each
+    source's reading stats by name."""
+    read, stats = read_raw_sources(sources, cache_dir)
+    frames = [rows.frame() for rows in read]
     return (pd.concat(frames, ignore_index=True) if frames else raw_rows_to_frame([])), stats
 
 

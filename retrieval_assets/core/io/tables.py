@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pandas.api.extensions import ExtensionArray
 
-from retrieval_assets.core.ingest.catalog import LineBlock, RawRow
+from retrieval_assets.core.ingest.catalog import RawRow
 from retrieval_assets.core.io.files import write_atomically
 from retrieval_assets.core.models import Chunk, Document, MetadataValue, QuarantineRecord, TextSpan
 from retrieval_assets.core.stores.base import Payload
@@ -305,17 +305,14 @@ def raw_rows_to_frame(rows: Iterable[RawRow]) -> pd.DataFrame:
     return _frame(rows, RAW_ROW_COLUMNS, getattr)
 
 
-def line_blocks_to_frame(blocks: Iterable[LineBlock], source: str) -> pd.DataFrame:
-    """A JSON Lines file's lines (``read_line_blocks``) as raw rows of ``source``, their text kept
-    in Arrow: the frame ``raw_rows_to_frame`` makes of the same file's ``read_raw_rows``."""
-    parts = list(blocks)
-    texts = pa.chunked_array([part.texts for part in parts], type=pa.large_string())
+def raw_lines_frame(source: str, line_numbers: np.ndarray, texts: pa.ChunkedArray, errors: np.ndarray) -> pd.DataFrame:
+    """Raw rows of one source from their line numbers, texts and UTF-8 error flags."""
     return pd.DataFrame(
         {
             "source": pd.Series(source, index=range(len(texts)), dtype=RAW_ROW_COLUMNS["source"]),
-            "line_number": np.concatenate([part.line_numbers for part in parts] or [np.zeros(0, np.int64)]),
+            "line_number": line_numbers,
             "raw": pd.Series(pd.arrays.ArrowStringArray(texts), dtype=RAW_ROW_COLUMNS["raw"]),
-            "utf8_error": np.concatenate([part.utf8_errors for part in parts] or [np.zeros(0, bool)]),
+            "utf8_error": errors,
         }
     )
 

@@ -20,17 +20,23 @@ from retrieval_assets.core.ingest.catalog import CatalogSource
 from retrieval_assets.core.ingest.cleaning import CleaningStats
 from retrieval_assets.core.ingest.inbox import InboxOutcome
 from retrieval_assets.core.ingest.memo import ParsedRows, remove_legacy_chunk_memo
-from retrieval_assets.core.ingest.raw_table import light_rows, raw_table, stored_texts
+from retrieval_assets.core.ingest.raw_table import SourceRows, light_rows, raw_table, stored_texts
 from retrieval_assets.core.ingest.reasons import QuarantineReason
 from retrieval_assets.core.ingest.steps import (
     chunk_into_table,
     chunk_table_facts,
     clean_catalogs,
-    read_raw_catalogs,
+    read_raw_sources,
     source_key,
 )
 from retrieval_assets.core.io.parted import TableWrite, open_table
-from retrieval_assets.core.io.tables import CHUNK_COLUMNS, documents_to_frame, quarantine_to_frame, receipts_to_frame
+from retrieval_assets.core.io.tables import (
+    CHUNK_COLUMNS,
+    documents_to_frame,
+    quarantine_to_frame,
+    raw_rows_to_frame,
+    receipts_to_frame,
+)
 from retrieval_assets.defs.io_manager import StoredTable
 from retrieval_assets.defs.metadata import preview, source_table, stopwatch, table_metadata
 from retrieval_assets.defs.resources import CatalogResource, ChunkingResource, IndexStorageResource
@@ -54,20 +60,22 @@ def raw_catalog(
     sources = catalog.sources()
     last = open_table(storage.artifacts_dir.joinpath(*context.asset_key.path))
     with stopwatch() as timer:
-        frame, stats = read_raw_catalogs(sources, storage.ingest_cache_dir)
-        write = raw_table(frame, last)
-    context.log.info(f"read {len(frame)} rows from {len(sources)} catalog source(s): {', '.join(sources)}")
+        read, stats = read_raw_sources(sources, storage.ingest_cache_dir)
+        write = raw_table(read, last)
+    rows = sum(len(source_rows) for source_rows in read)
+    context.log.info(f"read {rows} rows from {len(sources)} catalog source(s): {', '.join(sources)}")
     for name, source_stats in stats.items():
         figures = ", ".join(f"{key} {value:g}" for key, value in source_stats.items())
         context.log.info(f"{name} ({sources[name].format}): {figures}")
     return MaterializeResult(
         value=write,
         metadata={
-            **table_metadata(frame),
-            "rows": len(frame),
+            **table_metadata(raw_rows_to_frame([])),
+            "dagster/row_count": MetadataValue.int(rows),
+            "rows": rows,
             "rows_written": len(write.frame),
             "kept_in_place": write.kept,
-            "rows_by_source": MetadataValue.json(frame["source"].value_counts().to_dict()),
+            "rows_by_source": MetadataValue.json(_rows_by_source(read)),
             "sources": MetadataValue.json({name: s.model_dump(mode="json") for name, s in sources.items()}),
             "reading": source_table(
                 {name: {"kind": sources[name].format, **source_stats} for name, source_stats in stats.items()}
@@ -75,6 +83,14 @@ def raw_catalog(
             "seconds": timer["seconds"],
         },
     )
+
+
+def _rows_by_source(read: list[SourceRows]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for rows in read:
+        if len(rows):
+            counts[rows.source] = counts.get(rows.source, 0) + len(rows)
+    return counts
 
 
 @multi_asset(

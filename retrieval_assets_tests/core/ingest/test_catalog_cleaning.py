@@ -22,12 +22,12 @@ from retrieval_assets.core.ingest.catalog import (
     read_raw_rows,
 )
 from retrieval_assets.core.ingest.cleaning import QuarantineReason, clean_rows, clean_text
+from retrieval_assets.core.ingest.raw_table import LineRows
 from retrieval_assets.core.io.tables import (
     QUARANTINE_COLUMNS,
     documents_to_frame,
     frame_to_documents,
     frame_to_raw_rows,
-    line_blocks_to_frame,
     quarantine_to_frame,
     raw_rows_to_frame,
 )
@@ -393,7 +393,7 @@ def test_document_records_keep_their_structure_and_rejections_their_reason() -> 
 def _lines_as_python_reads_them(path: Path) -> list[tuple[int, str, bool]]:
     """Each line as iterating the binary file gives it, stripped and decoded as read_raw_rows promises."""
     rows = []
-    with path.open("rb") as handle:
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as handle:
         for number, line in enumerate(handle, start=1):
             line = line.rstrip(b"\r\n").removeprefix(codecs.BOM_UTF8 if number == 1 else b"")
             try:
@@ -406,22 +406,23 @@ def _lines_as_python_reads_them(path: Path) -> list[tuple[int, str, bool]]:
 @pytest.mark.parametrize("searched", [1, 10**6], ids=["newlines searched for", "every byte compared"])
 @pytest.mark.parametrize("block_bytes", [1, 2, 5, 13, LINE_BLOCK_BYTES])
 @pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"], ids=["mapped", "decompressed"])
 def test_line_blocks_split_lines_as_a_file_iterates_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int, ending: bytes, searched: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int, ending: bytes, searched: int, suffix: str
 ) -> None:
     monkeypatch.setattr(catalog_module, "SEARCHED_LINE_BYTES", searched)
     # Blank lines, CR LF and stray CRs, multi-byte characters across block edges, bad bytes in one block.
     lines = [b'{"id": "\xc3\xa9t\xc3\xa9"}\r', b"", b"\r\r", b"  ", b'{"x": "\xe2\x82\xac\xff"}', b"{}" + ending]
     content = codecs.BOM_UTF8 + b"\n".join(lines)
-    path = tmp_path / "c.jsonl"
-    path.write_bytes(content)
+    path = tmp_path / f"c{suffix}"
+    path.write_bytes(gzip.compress(content) if suffix.endswith(".gz") else content)
     blocks = list(read_line_blocks(path, block_bytes))
     got = [
         (number, text, error)
         for block in blocks
-        for number, text, error in zip(block.line_numbers, block.texts.to_pylist(), block.utf8_errors, strict=True)
+        for number, text, error in zip(block.line_numbers, *(c.tolist() for c in block.texts()), strict=True)
     ]
     assert got == _lines_as_python_reads_them(path)
-    frame = line_blocks_to_frame(blocks, "s")
+    frame = LineRows("s", blocks).frame()
     rows = [row.model_copy(update={"source": "s"}) for row in read_raw_rows(path)]
     pd.testing.assert_frame_equal(frame, raw_rows_to_frame(rows))

@@ -3,6 +3,7 @@ rows it parses is read."""
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from pathlib import Path
@@ -11,17 +12,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from retrieval_assets.core.ingest.catalog import CatalogSource
+from retrieval_assets.core.ingest.catalog import LINE_BLOCK_BYTES, CatalogSource, read_line_blocks
 from retrieval_assets.core.ingest.memo import ParsedRows
 from retrieval_assets.core.ingest.raw_table import (
     LIGHT_RAW_COLUMNS,
     ROW_DIGEST,
+    LineRows,
     light_rows,
     raw_table,
-    row_digests,
     stored_texts,
+    with_digests,
 )
-from retrieval_assets.core.ingest.steps import clean_catalogs, read_raw_catalogs
+from retrieval_assets.core.ingest.steps import clean_catalogs, read_raw_catalogs, read_raw_sources
 from retrieval_assets.core.io.parted import PartedTable, open_table
 from retrieval_assets.core.io.tables import RAW_ROW_COLUMNS, write_parquet
 from retrieval_assets_tests.core.ingest.stored import stored_documents
@@ -30,14 +32,36 @@ from retrieval_assets_tests.core.ingest.stored import stored_documents
 @pytest.mark.parametrize("dtype", ["string", object])
 def test_row_digests_hash_the_error_flag_and_the_text(dtype) -> None:
     texts = ["", '{"_id": "a"}', "caf\u00e9 \ufffd", "x" * 5000]
-    raw = pd.DataFrame({"raw": pd.Series(texts, dtype=dtype), "utf8_error": [False, False, True, False]})
+    raw = pd.DataFrame(
+        {
+            "source": "s",
+            "line_number": range(1, 5),
+            "raw": pd.Series(texts, dtype=dtype),
+            "utf8_error": [False, False, True, False],
+        }
+    )
     if dtype == "string":  # several Arrow chunks, the last a slice
         raw = pd.concat([raw.iloc[:1], raw.iloc[1:3], raw.iloc[3:]], ignore_index=True)
     expected = [
         hashlib.blake2b(bytes([int(error)]) + text.encode(), digest_size=16).digest()
         for text, error in zip(texts, raw["utf8_error"], strict=True)
     ]
-    assert row_digests(raw).to_pylist() == expected
+    assert with_digests(raw)[ROW_DIGEST].tolist() == expected
+
+
+@pytest.mark.parametrize("block_bytes", [7, LINE_BLOCK_BYTES])
+def test_lines_hashed_from_their_bytes_are_digested_as_their_frame(tmp_path: Path, block_bytes: int) -> None:
+    # CR LF, stray CRs, a blank line, a bad byte, a byte-order mark and no final newline.
+    lines = [b'{"id": "\xc3\xa9t\xc3\xa9"}\r', b"", b"\r\r", b"  ", b'{"x": "\xe2\x82\xac\xff"}', b"{}"]
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + b"\n".join(lines))
+    read = LineRows("s", list(read_line_blocks(path, block_bytes)))
+    frame = read.frame()
+    assert read.digests()[0].to_pylist() == with_digests(frame)[ROW_DIGEST].tolist()
+    assert read.digests()[1].tolist() == frame["utf8_error"].tolist() == [False] * 4 + [True, False]
+    # The texts of some rows are those rows of the frame.
+    chosen = np.array([1, 4, 5])
+    pd.testing.assert_frame_equal(read.frame(chosen), frame.iloc[chosen].reset_index(drop=True))
 
 
 def _catalog(path: Path, texts: list[str]) -> CatalogSource:
@@ -50,7 +74,7 @@ def _catalog(path: Path, texts: list[str]) -> CatalogSource:
 def _store(source: CatalogSource, home: Path) -> tuple[pd.DataFrame, PartedTable]:
     """The source read and stored as the raw step does, over the last build's table; both read back."""
     frame = read_raw_catalogs({"main": source})[0]
-    raw_table(frame, open_table(home / "raw_catalog")).write(home / "raw_catalog")
+    raw_table(read_raw_sources({"main": source})[0], open_table(home / "raw_catalog")).write(home / "raw_catalog")
     stored = open_table(home / "raw_catalog")
     assert stored is not None
     return frame, stored
