@@ -243,7 +243,11 @@ def cmd_bench_encoders(args: argparse.Namespace) -> int:
         Path(args.dataset),
         args.documents,
         args.alone,
-        ModelSettings(device=args.device),
+        ModelSettings(
+            device=args.device,
+            dense_endpoint=args.dense_endpoint,
+            **({"dense_model": args.dense_model} if args.dense_model else {}),
+        ),
         args.reference,
         args.reference_out,
         args.json_out,
@@ -587,6 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
     encoders.add_argument("--documents", type=int, default=1000, help="records encoded in the encoders' batches")
     encoders.add_argument("--alone", type=int, default=64, help="of those, records also encoded one at a time")
     encoders.add_argument("--device", default="auto", help="auto or cuda (the GPU when torch sees one), or cpu")
+    encoders.add_argument(
+        "--dense-endpoint",
+        help="an OpenAI-compatible embeddings API root (http://host:8000/v1): dense vectors from it, "
+        "and the same model in process measured beside it",
+    )
+    encoders.add_argument("--dense-model", help="the dense model (with --dense-endpoint, the one it serves)")
     encoders.add_argument("--reference", help="outputs kept by --reference-out, to compare against (same records)")
     encoders.add_argument("--reference-out", help="keep this run's outputs here (.npz)")
     encoders.add_argument("--json-out", help="also write the result JSON to this file")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from retrieval_assets.cli import main
+from retrieval_assets_tests.embedding_server import MODEL_NAME, embedding_server
 
 
 def _figures(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -42,3 +43,22 @@ def test_a_malformed_record_is_named_by_file_and_line(capsys: pytest.CaptureFixt
     last_line = len((tiny_beir / "corpus.jsonl").read_text().splitlines())
     assert main(["bench-encoders", "--dataset", str(tiny_beir), "--documents", "100", "--device", "cpu"]) == 2
     assert f"corpus.jsonl:{last_line}: malformed record" in capsys.readouterr().err
+
+
+def test_a_dense_endpoint_is_measured_beside_the_same_model_in_process(
+    capsys: pytest.CaptureFixture[str], tiny_beir: Path
+) -> None:
+    with embedding_server() as server:
+        figures = _figures(
+            capsys,
+            *("--dataset", str(tiny_beir), "--documents", "6", "--alone", "2", "--device", "cpu"),
+            *("--dense-endpoint", server.base_url, "--dense-model", MODEL_NAME),
+        )
+    assert figures["models"]["dense_endpoint"] == server.base_url
+    assert figures["dense"]["device"] == f"{server.base_url}/embeddings"
+    assert figures["dense_in_process"]["device"] == "cpu"
+    for role in ("dense", "dense_in_process"):
+        assert figures[role]["model"] == MODEL_NAME and figures[role]["documents_per_s"] > 0
+    # The server runs the same model: its vectors are the in-process ones.
+    assert figures["dense"]["against_in_process"]["documents"] == 6
+    assert figures["dense"]["against_in_process"]["min_cosine"] > 0.999
