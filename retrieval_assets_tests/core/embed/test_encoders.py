@@ -320,10 +320,12 @@ def test_bogus_model_fails_at_once_offline_naming_it(loader, monkeypatch: pytest
 # The hub client reads HF_HUB_OFFLINE and HF_ENDPOINT at import, so the online path runs in a child.
 _LOAD_ONLINE = """
 import sys
+from retrieval_assets.core.embed import packaged
 from retrieval_assets.core.embed.base import ModelLoadError
 from retrieval_assets.core.embed.dense import load_dense_encoder
 from retrieval_assets.core.embed.sparse import load_sparse_encoder
 loader = {"dense": load_dense_encoder, "sparse": load_sparse_encoder}[sys.argv[1]]
+packaged.HUB_PREFLIGHT_TIMEOUT_S = 1.0  # the preflight's own timeout, not its 10 s, ends the test sooner
 try:
     loader(sys.argv[2], device="cpu")
 except ModelLoadError as error:
