@@ -98,28 +98,34 @@ def read_raw_rows(path: str | Path) -> Iterator[RawRow]:
     file is reported here, at call time, rather than at the first iteration.
     """
     blocks = read_line_blocks(path)
-    return (
-        RawRow(source=str(path), line_number=number, raw=text, utf8_error=error)
-        for block in blocks
-        for number, text, error in zip(block.line_numbers.tolist(), *_listed(block.texts()), strict=True)
-    )
 
+    def rows() -> Iterator[RawRow]:
+        for block in blocks:
+            texts, errors = block.texts()
+            for number, text, error in zip(
+                block.line_numbers.tolist(), texts.to_pylist(), errors.tolist(), strict=True
+            ):
+                yield RawRow(source=str(path), line_number=number, raw=text, utf8_error=error)
 
-def _listed(texts: tuple[pa.Array, np.ndarray]) -> tuple[list[str], list[bool]]:
-    return texts[0].to_pylist(), texts[1].tolist()
+    return rows()
 
 
 @dataclass(frozen=True)
 class LineBlock:
     """Consecutive lines of a JSON Lines file: their 1-based numbers, and each one's bytes in
     ``data`` (what was read, not copied: a memory map of a file that is not compressed).
-    ``lines`` holds each line with its terminator; ``stops`` is where each one's text ends,
-    without it. ``utf8`` says whether every line is valid UTF-8."""
+    ``lines`` holds each line with its terminator, and ``strings`` the same bytes as text where
+    every line is valid UTF-8 (else None); ``stops`` is where each line's text ends, without its
+    terminator."""
 
     line_numbers: np.ndarray
     lines: pa.LargeBinaryArray
+    strings: pa.LargeStringArray | None
     stops: np.ndarray
-    utf8: bool
+
+    @property
+    def utf8(self) -> bool:
+        return self.strings is not None
 
     @property
     def starts(self) -> np.ndarray:
@@ -132,10 +138,11 @@ class LineBlock:
     def texts(self, positions: np.ndarray | None = None) -> tuple[pa.LargeStringArray, np.ndarray]:
         """The text of the lines at ``positions`` (every line by default), terminators removed,
         and which of them were not valid UTF-8 (their text a lossy decode)."""
-        lines = self.lines if positions is None else self.lines.take(pa.array(positions, pa.int64()))
-        if self.utf8:
-            texts = pc.utf8_rtrim(lines.cast(pa.large_string()), characters="\r\n")
-            return texts, np.zeros(len(lines), dtype=bool)
+        chosen = None if positions is None else pa.array(positions, pa.int64())
+        if self.strings is not None:
+            strings = self.strings if chosen is None else self.strings.take(chosen)
+            return pc.utf8_rtrim(strings, characters="\r\n"), np.zeros(len(strings), dtype=bool)
+        lines = self.lines if chosen is None else self.lines.take(chosen)
         decoded = [_decoded(line.rstrip(b"\r\n")) for line in lines.to_pylist()]
         return (
             pa.array([text for text, _ in decoded], type=pa.large_string()),
@@ -232,7 +239,7 @@ def _lines(data: bytes | mmap.mmap, start: int, stop: int, numbered: int) -> Lin
         pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(view)]
     )
     numbers = np.arange(numbered + 1, numbered + len(ends) + 1, dtype=np.int64)
-    return LineBlock(numbers, lines, _text_stops(view, offsets), _valid_utf8(lines))
+    return LineBlock(numbers, lines, _as_strings(lines), _text_stops(view, offsets))
 
 
 def _text_stops(data: memoryview, offsets: np.ndarray) -> np.ndarray:
@@ -250,12 +257,12 @@ def _text_stops(data: memoryview, offsets: np.ndarray) -> np.ndarray:
         stops[trailing] -= 1
 
 
-def _valid_utf8(lines: pa.LargeBinaryArray) -> bool:
+def _as_strings(lines: pa.LargeBinaryArray) -> pa.LargeStringArray | None:
+    """The lines as text (their bytes, not copied), or None where one is not valid UTF-8."""
     try:
-        lines.cast(pa.large_string())
+        return lines.cast(pa.large_string())
     except pa.ArrowInvalid:
-        return False
-    return True
+        return None
 
 
 def _decoded(line: bytes) -> tuple[str, bool]:

@@ -26,7 +26,14 @@ import pyarrow.compute as pc
 
 from retrieval_assets.core.ingest import chunking, cleaning
 from retrieval_assets.core.ingest.cleaning import PARSE_COLUMNS, RecordFormat, parse_rows
-from retrieval_assets.core.ingest.raw_table import DIGEST_BYTES, ROW_DIGEST, digest_matrix, with_digests, with_texts
+from retrieval_assets.core.ingest.raw_table import (
+    DIGEST_BYTES,
+    ROW_DIGEST,
+    digest_matrix,
+    fixed_width_keys,
+    with_digests,
+    with_texts,
+)
 from retrieval_assets.core.io.parted import PartedTable, TableWrite, extended_or_whole, open_table
 from retrieval_assets.core.io.tables import (
     DOCUMENT_COLUMNS,
@@ -46,7 +53,7 @@ DOCUMENTS_TAG = "documents"
 KEY = "key"
 KEY_BYTES = 8 + DIGEST_BYTES
 # Stored as binary (pandas reads no fixed-width binary column back from Parquet), looked up at
-# fixed width: twice as fast (0.22 against 0.46 s for a million keys).
+# fixed width (``raw_table.fixed_width_keys``): 0.22 against 0.46 s for a million keys.
 KEY_TYPE = pa.binary()
 KEY_DTYPE = pd.ArrowDtype(KEY_TYPE)
 FIXED_KEY_TYPE = pa.binary(KEY_BYTES)
@@ -65,10 +72,8 @@ def _row_keys(raw: pd.DataFrame, salt: str) -> pa.FixedSizeBinaryArray:
     (``raw_table.ROW_DIGEST``, computed where ``raw`` has none)."""
     digests = with_digests(raw)[ROW_DIGEST].array.__arrow_array__()
     digests = digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests
-    salted = np.empty((len(raw), KEY_BYTES), dtype=np.uint8)
-    salted[:, : KEY_BYTES - DIGEST_BYTES] = np.frombuffer(bytes.fromhex(salt), dtype=np.uint8)
-    salted[:, KEY_BYTES - DIGEST_BYTES :] = digest_matrix(digests)
-    return pa.FixedSizeBinaryArray.from_buffers(FIXED_KEY_TYPE, len(raw), [None, pa.py_buffer(salted)])
+    salted = np.broadcast_to(np.frombuffer(bytes.fromhex(salt), dtype=np.uint8), (len(raw), KEY_BYTES - DIGEST_BYTES))
+    return fixed_width_keys([salted, digest_matrix(digests)])
 
 
 class ParsedRows:
